@@ -1,0 +1,399 @@
+"""Remove the transport envelope from one input unit and yield plain :class:`LogRecord` s.
+
+A unit is a text line (raw, Docker json-file, CRI) or a record dict (Fluent Bit / Fluentd,
+from JSON or msgpack). ``Format.AUTO`` detects the envelope per unit with cheap first-byte
+checks; an explicit format is a contract and units that break it are rejected.
+
+Records whose line is unfinished (CRI ``P`` chunk, Docker entry without its ``\\n``) carry
+``meta[PARTIAL] = True``; pass them through :class:`service.ingest.joiner.Joiner`.
+A ``log`` holding several lines becomes several records; their positions get ``#1``,
+``#2`` ... suffixes after the first so that each stays unique.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+from service import metrics
+from service.ingest.runtime_paths import path_meta
+from service.ingest.timestamps import parse_rfc3339, to_epoch
+from service.records import LogRecord
+
+PARTIAL = "partial"  # meta key set on chunks of a longer line (consumed by the joiner)
+MAX_LINE = 1 << 20  # characters; longer lines are truncated and counted as ``oversize``
+
+_DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
+_FD = {"stdout": "stdout", "stderr": "stderr"}
+_JSON_LOADS = json.loads
+
+
+class Format(StrEnum):
+    """Envelope of the input; ``auto`` detects it per unit."""
+
+    AUTO = "auto"
+    RAW = "raw"
+    DOCKER = "docker"
+    CRI = "cri"
+    FLUENT = "fluent"
+
+
+def decode_line(
+    line: str,
+    stream: str,
+    *,
+    fmt: Format | str = Format.AUTO,
+    position: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    source: str = "line",
+    max_line: int = MAX_LINE,
+) -> list[LogRecord]:
+    """Decode one text line (trailing ``\\n`` optional) into records.
+
+    ``stream`` is the fallback stream key (file path, Kafka key ...); ``meta`` is what the
+    source already knows (e.g. from the file path) and only fills keys the envelope lacks.
+    """
+    if line.endswith("\n"):
+        line = line[:-1]
+    if fmt == Format.AUTO:
+        first = line[:1]
+        if first == "{":
+            obj = _json_dict(line)
+            if obj is not None and (_text_field(obj) is not None):
+                return _decode_dict_line(obj, stream, position, meta, source, max_line)
+        elif "0" <= first <= "9":
+            cri = split_cri(line)
+            if cri is not None:
+                return _cri_records(cri, stream, position, meta, source, max_line)
+    elif fmt == Format.CRI:
+        cri = split_cri(line)
+        if cri is None:
+            metrics.reject(source, "bad_cri", line)
+            return []
+        return _cri_records(cri, stream, position, meta, source, max_line)
+    elif fmt == Format.DOCKER or fmt == Format.FLUENT:
+        obj = _json_dict(line) if line[:1] == "{" else None
+        if obj is None or _text_field(obj) is None:
+            metrics.reject(source, "bad_docker" if fmt == Format.DOCKER else "bad_record", line)
+            return []
+        if fmt == Format.FLUENT:
+            return decode_record(
+                obj,
+                stream=stream,
+                position=position,
+                meta=meta,
+                source=source,
+                fmt=Format.FLUENT,
+                max_line=max_line,
+            )
+        return _decode_dict_line(obj, stream, position, meta, source, max_line)
+    if len(line) > max_line:
+        line = _truncate(line, max_line, source)
+    rec_meta = dict(meta) if meta else {}
+    return [LogRecord(stream_key(rec_meta, stream), line, None, rec_meta, position)]
+
+
+def decode_record(
+    record: Mapping[str, Any],
+    *,
+    stream: str | None = None,
+    tag: str | None = None,
+    time: Any = None,
+    position: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    fmt: Format | str = Format.AUTO,
+    source: str = "record",
+    max_line: int = MAX_LINE,
+) -> list[LogRecord]:
+    """Decode a Fluent Bit / Fluentd record (``log`` or ``message`` + CRI/Docker fields +
+    ``kubernetes``/``docker`` metadata) into records.
+
+    ``time`` is the transport's event time (Forward entry time, msgpack chunk time); the
+    record's own runtime ``time`` wins over it, and it wins over ``@timestamp``/``date``.
+    ``fmt`` ``cri``/``docker`` say the record's ``log`` is still an unparsed CRI/Docker
+    line; ``auto`` detects that when the record has no ``stream``/``_p``/``logtag``.
+    """
+    text = _text_field(record)
+    if type(text) is not str:
+        if isinstance(text, bytes | bytearray):
+            text = _decode_bytes(bytes(text), source)
+        else:
+            metrics.reject(source, "no_log_field", repr(record)[:200])
+            return []
+    elif not text.isascii():
+        text = clean_text(text, source)
+    fd = record.get("stream")
+    flag = record.get("_p") or record.get("logtag")
+    partial = flag == "P"
+    t = to_epoch(record.get("time"))
+    docker_style = False
+    if flag is None and fmt != Format.RAW and fmt != Format.FLUENT and "stream" not in record:
+        inner = _inner_envelope(text, fmt, source)
+        if inner is False:
+            return []
+        if inner is not None:
+            t, fd, partial, text, docker_style = inner
+    if t is None:
+        t = (
+            to_epoch(time)
+            or to_epoch(record.get("@timestamp"))
+            or to_epoch(record.get("date"))
+            or to_epoch(record.get("timestamp"))
+        )
+    rec_meta = record_meta(record, tag, fd)
+    if meta:
+        for key, value in meta.items():
+            rec_meta.setdefault(key, value)
+    key = stream_key(rec_meta, stream or tag or source)
+    if docker_style:
+        return _docker_text(text, key, t, rec_meta, position, source, max_line)
+    if text.endswith("\n"):
+        text = text[:-1]
+    return _records(text, key, t, rec_meta, position, partial, source, max_line)
+
+
+def record_meta(record: Mapping[str, Any], tag: str | None, fd: Any) -> dict[str, Any]:
+    """``LogRecord.meta`` from a record's ``kubernetes``/``docker`` maps, its ``stream`` and
+    the Fluent tag (a kubelet-path tag fills what the maps lack)."""
+    meta: dict[str, Any] = {}
+    kube = record.get("kubernetes")
+    if type(kube) is dict:
+        _put(meta, "namespace", kube.get("namespace_name") or kube.get("namespace"))
+        _put(meta, "pod", kube.get("pod_name"))
+        _put(meta, "container", kube.get("container_name"))
+        _put(meta, "container_id", kube.get("docker_id") or kube.get("container_id"))
+        _put(meta, "pod_id", kube.get("pod_id"))
+        _put(meta, "node", kube.get("host"))
+        _put(meta, "image", kube.get("container_image"))
+        _put(meta, "image_id", kube.get("container_hash") or kube.get("container_image_id"))
+        labels = kube.get("labels")
+        if type(labels) is dict:
+            meta["labels"] = labels
+    docker = record.get("docker")
+    if type(docker) is dict and "container_id" not in meta:
+        _put(meta, "container_id", docker.get("container_id") or docker.get("id"))
+    cid = meta.get("container_id")
+    if cid is not None and "://" in cid:
+        meta["container_id"] = cid.split("://", 1)[1]  # containerd://<id>, docker://<id>
+    if type(fd) is str and fd in _FD:
+        meta["fd"] = _FD[fd]
+    if tag:
+        meta["tag"] = tag
+        if "pod" not in meta:
+            for key, value in path_meta(tag).items():
+                meta.setdefault(key, value)
+    return meta
+
+
+def stream_key(meta: Mapping[str, Any], default: str) -> str:
+    """``namespace/pod/container`` when known (stable across container restarts), else the
+    container id, else the Fluent tag, else ``default``."""
+    ns = meta.get("namespace")
+    pod = meta.get("pod")
+    container = meta.get("container")
+    if ns and pod and container:
+        return f"{ns}/{pod}/{container}"
+    return meta.get("container_id") or meta.get("tag") or default
+
+
+def split_cri(line: str) -> tuple[float, str, bool, str] | None:
+    """``<RFC3339Nano> <stdout|stderr> <P|F>[:tags] <content>`` → (time, fd, partial, content)."""
+    sp = line.find(" ", 19)
+    if sp < 19 or sp > 40:
+        return None
+    if line.startswith("stdout ", sp + 1):
+        fd = "stdout"
+    elif line.startswith("stderr ", sp + 1):
+        fd = "stderr"
+    else:
+        return None
+    i = sp + 8
+    flag = line[i : i + 1]
+    if flag != "F" and flag != "P":
+        return None
+    end = line.find(" ", i)
+    if end < 0:
+        if line[i + 1 : i + 2] not in ("", ":"):
+            return None
+        content = ""
+    else:
+        if end != i + 1 and line[i + 1] != ":":
+            return None
+        content = line[end + 1 :]
+    t = parse_rfc3339(line[:sp])
+    if t is None:
+        return None
+    return t, fd, flag == "P", content
+
+
+def clean_text(text: str, source: str) -> str:
+    """Replace lone surrogates (escaped ``\\udcxx`` in JSON, undecodable msgpack str bytes)
+    with U+FFFD and count ``invalid_utf8``; valid text is returned unchanged."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        metrics.reject(source, "invalid_utf8", text)
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def _decode_bytes(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        metrics.reject(source, "invalid_utf8", repr(data[:200]))
+        return data.decode("utf-8", "replace")
+
+
+def _text_field(record: Mapping[str, Any]) -> Any:
+    text = record.get("log")
+    if text is None:
+        text = record.get("message")
+        if text is None:
+            text = record.get("MESSAGE")
+    return text
+
+
+def _json_dict(line: str) -> dict[str, Any] | None:
+    try:
+        obj = _JSON_LOADS(line)
+    except (ValueError, RecursionError):
+        return None
+    return obj if type(obj) is dict else None
+
+
+def _decode_dict_line(
+    obj: dict[str, Any],
+    stream: str,
+    position: str | None,
+    meta: Mapping[str, Any] | None,
+    source: str,
+    max_line: int,
+) -> list[LogRecord]:
+    """A JSON line: Docker json-file entry when it has only Docker's keys, else a record."""
+    text = obj.get("log")
+    if type(text) is str and obj.keys() <= _DOCKER_KEYS:
+        if not text.isascii():
+            text = clean_text(text, source)
+        fd = obj.get("stream")
+        rec_meta = dict(meta) if meta else {}
+        if type(fd) is str and fd in _FD:
+            rec_meta["fd"] = _FD[fd]
+        key = stream_key(rec_meta, stream)
+        return _docker_text(
+            text, key, to_epoch(obj.get("time")), rec_meta, position, source, max_line
+        )
+    return decode_record(
+        obj, stream=stream, position=position, meta=meta, source=source, max_line=max_line
+    )
+
+
+def _cri_records(
+    cri: tuple[float, str, bool, str],
+    stream: str,
+    position: str | None,
+    meta: Mapping[str, Any] | None,
+    source: str,
+    max_line: int,
+) -> list[LogRecord]:
+    t, fd, partial, content = cri
+    rec_meta = dict(meta) if meta else {}
+    rec_meta["fd"] = fd
+    if partial:
+        if not content:
+            return []
+        rec_meta[PARTIAL] = True
+    if len(content) > max_line:
+        content = _truncate(content, max_line, source)
+    return [LogRecord(stream_key(rec_meta, stream), content, t, rec_meta, position)]
+
+
+def _inner_envelope(
+    text: str, fmt: Format | str, source: str
+) -> tuple[float | None, str, bool, str, bool] | None | bool:
+    """A record whose ``log`` is itself a CRI or Docker line (the collector did not parse):
+    (time, fd, partial, text, docker_style); ``None`` if not; ``False`` if ``fmt`` demanded one
+    and it is missing (already counted)."""
+    first = text[:1]
+    if fmt != Format.DOCKER and "0" <= first <= "9":
+        cri = split_cri(text[:-1] if text.endswith("\n") else text)
+        if cri is not None:
+            return cri[0], cri[1], cri[2], cri[3], False
+    elif fmt != Format.CRI and first == "{":
+        obj = _json_dict(text)
+        if obj is not None and type(obj.get("log")) is str and obj.keys() <= _DOCKER_KEYS:
+            inner = obj["log"]
+            if not inner.isascii():
+                inner = clean_text(inner, source)
+            return to_epoch(obj.get("time")), obj.get("stream"), False, inner, True
+    if fmt == Format.CRI or fmt == Format.DOCKER:
+        metrics.reject(source, "bad_cri" if fmt == Format.CRI else "bad_docker", text)
+        return False
+    return None
+
+
+def _docker_text(
+    text: str,
+    key: str,
+    t: float | None,
+    meta: dict[str, Any],
+    position: str | None,
+    source: str,
+    max_line: int,
+) -> list[LogRecord]:
+    """Docker ``log`` value: a trailing ``\\n`` ends the line, its absence marks a 16 KiB chunk."""
+    if text.endswith("\n"):
+        text = text[:-1]
+        partial = False
+    elif not text:
+        return []
+    else:
+        partial = True
+    return _records(text, key, t, meta, position, partial, source, max_line)
+
+
+def _records(
+    text: str,
+    key: str,
+    t: float | None,
+    meta: dict[str, Any],
+    position: str | None,
+    partial: bool,
+    source: str,
+    max_line: int,
+) -> list[LogRecord]:
+    """One record per physical line of ``text``; only the last may be partial."""
+    if "\n" not in text:
+        if partial:
+            meta[PARTIAL] = True
+        if len(text) > max_line:
+            text = _truncate(text, max_line, source)
+        return [LogRecord(key, text, t, meta, position)]
+    pieces = text.split("\n")
+    out = []
+    last = len(pieces) - 1
+    for i, piece in enumerate(pieces):
+        if len(piece) > max_line:
+            piece = _truncate(piece, max_line, source)
+        pos = position if i == 0 or position is None else f"{position}#{i}"
+        if i == last:
+            if partial:
+                if not piece:
+                    break
+                meta[PARTIAL] = True
+            out.append(LogRecord(key, piece, t, meta, pos))
+        else:
+            out.append(LogRecord(key, piece, t, dict(meta), pos))
+    return out
+
+
+def _truncate(text: str, max_line: int, source: str) -> str:
+    metrics.reject(source, "oversize", f"{len(text)} chars")
+    return text[:max_line]
+
+
+def _put(meta: dict[str, Any], key: str, value: Any) -> None:
+    if type(value) is str and value:
+        meta[key] = value

@@ -1,0 +1,194 @@
+"""File / stdin source: log files (plain or gzip, any envelope) to :class:`LogRecord` s.
+
+Files are read in binary blocks and split on ``\\n`` (a ``\\r`` stays on the line), so a
+line is never held beyond ``max_line`` bytes: longer ones are cut there (``oversize``) and the
+rest of the line is skipped. Bad bytes never stop the read: a line with invalid UTF-8 is kept
+with U+FFFD (``invalid_utf8``, once per line); NUL bytes (crash padding) are removed
+(``nul_bytes``); a line that is at least a third control bytes or undecodable bytes is binary
+junk and dropped (``binary``). Gzip is detected by its magic bytes, not the file name.
+
+``position`` is ``file:<path>:<lineno>`` (1-based physical line). The stream key is the path
+as given (``stdin`` for ``-``) unless the envelope or a kubelet/Docker log path names the
+container (see :mod:`service.ingest.runtime_paths`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import sys
+import zlib
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO
+
+from service import metrics
+from service.ingest.envelope import MAX_LINE, Format, decode_line
+from service.ingest.joiner import Joiner
+from service.ingest.runtime_paths import path_meta
+from service.records import LogRecord
+
+_BLOCK = 1 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
+_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13, 27)) + b"\x7f"
+_COUNT_EVERY = 4096
+
+
+def read_files(
+    paths: Iterable[str],
+    *,
+    fmt: Format | str = Format.AUTO,
+    stream: str | None = None,
+    max_line: int = MAX_LINE,
+    join: bool = True,
+    source: str = "file",
+    stdin: BinaryIO | None = None,
+) -> Iterator[LogRecord]:
+    """Records of every path in turn (``-`` = ``stdin`` or ``sys.stdin.buffer``).
+
+    ``stream`` overrides the default stream key; ``join=False`` leaves runtime chunks
+    (``meta["partial"]``) unjoined. Unreadable files are counted (``unreadable``) and skipped.
+    """
+    for path in paths:
+        yield from read_file(
+            path, fmt=fmt, stream=stream, max_line=max_line, join=join, source=source, stdin=stdin
+        )
+
+
+def read_file(
+    path: str,
+    *,
+    fmt: Format | str = Format.AUTO,
+    stream: str | None = None,
+    max_line: int = MAX_LINE,
+    join: bool = True,
+    source: str = "file",
+    stdin: BinaryIO | None = None,
+) -> Iterator[LogRecord]:
+    """Records of one file (see :func:`read_files`)."""
+    raw_fh: BinaryIO | None = None
+    try:
+        if path == "-":
+            fh = _maybe_gzip(stdin if stdin is not None else sys.stdin.buffer)
+        else:
+            raw_fh = open(path, "rb")  # noqa: SIM115 - closed in finally
+            fh = _maybe_gzip(raw_fh)
+    except OSError as exc:
+        if raw_fh is not None:
+            raw_fh.close()
+        metrics.reject(source, "unreadable", f"{path}: {exc}")
+        return
+    default = stream or ("stdin" if path == "-" else path)
+    meta = path_meta(path) if path != "-" else {}
+    joiner = Joiner(max_line, source=source) if join else None
+    prefix = f"file:{path}:"
+    lines_in = metrics.LINES_IN.labels(source=source)
+    count = 0
+    out: list[LogRecord] = []
+    lineno = 0
+    try:
+        for raw in _lines(fh, max_line, source):
+            lineno += 1
+            text = _text(raw, source)
+            if text is None:
+                continue
+            records = decode_line(
+                text,
+                default,
+                fmt=fmt,
+                position=f"{prefix}{lineno}",
+                meta=meta,
+                source=source,
+                max_line=max_line,
+            )
+            if joiner is None:
+                out = records
+            else:
+                for rec in records:
+                    joiner.push(rec, out)
+            if out:
+                count += len(out)
+                yield from out
+                out = []
+                if count >= _COUNT_EVERY:
+                    lines_in.inc(count)
+                    count = 0
+    except (OSError, EOFError, zlib.error) as exc:
+        metrics.reject(source, "unreadable", f"{path}: {exc}")
+    finally:
+        if raw_fh is not None:
+            fh.close()
+            raw_fh.close()
+    if joiner is not None:
+        rest = joiner.flush()
+        count += len(rest)
+        yield from rest
+    if count:
+        lines_in.inc(count)
+
+
+def _maybe_gzip(fh: BinaryIO) -> BinaryIO:
+    peek = getattr(fh, "peek", None)
+    head = peek(2)[:2] if peek is not None else b""
+    if head == _GZIP_MAGIC:
+        return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
+    return fh
+
+
+def _lines(fh: BinaryIO, max_line: int, source: str) -> Iterator[bytes]:
+    """Physical lines without ``\\n``, never holding more than ``max_line`` bytes of one."""
+    carry = b""
+    skipping = False
+    read = fh.read
+    while True:
+        block = read(_BLOCK)
+        if not block:
+            break
+        if skipping:
+            nl = block.find(b"\n")
+            if nl < 0:
+                continue
+            block = block[nl + 1 :]
+            skipping = False
+        if carry:
+            block = carry + block
+        lines = block.split(b"\n")
+        carry = lines.pop()
+        yield from lines
+        if len(carry) > max_line:
+            metrics.reject(source, "oversize", f"line longer than {max_line} bytes")
+            yield _cut(carry, max_line)
+            carry = b""
+            skipping = True
+    if carry:
+        yield carry
+
+
+def _cut(data: bytes, limit: int) -> bytes:
+    """``data[:limit]`` moved back to a UTF-8 character boundary."""
+    i = limit
+    while i > limit - 4 and i > 0 and data[i] & 0xC0 == 0x80:
+        i -= 1
+    return data[:i]
+
+
+def _text(raw: bytes, source: str) -> str | None:
+    """Decode one line; ``None`` for binary junk (counted)."""
+    if b"\x00" in raw:
+        metrics.reject(source, "nul_bytes", repr(raw[:80]))
+        raw = raw.replace(b"\x00", b"")
+        if not raw or _junk(raw, 0):
+            metrics.reject(source, "binary", repr(raw[:80]))
+            return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        text = raw.decode("utf-8", "replace")
+        if _junk(raw, text.count("\ufffd")):
+            metrics.reject(source, "binary", repr(raw[:80]))
+            return None
+        metrics.reject(source, "invalid_utf8", repr(raw[:200]))
+        return text
+
+
+def _junk(raw: bytes, undecodable: int) -> bool:
+    control = len(raw) - len(raw.translate(None, _CONTROL))
+    return (control + undecodable) * 3 > len(raw)
