@@ -1,0 +1,278 @@
+"""Fluentd Forward Protocol v1 server (msgpack over TCP, optional TLS and shared key).
+
+Accepts all four modes — Message ``[tag, time, record, option?]``, Forward ``[tag,
+[[time, record], ...], option?]``, PackedForward ``[tag, bin|str, option?]`` and
+CompressedPackedForward (gzip, ``option.compressed == "gzip"``) — with integer or EventTime
+times (and Fluent Bit's ``[[time, metadata], record]`` entries), ``nil`` heartbeats and the
+``option`` map: ``chunk`` is answered with ``{"ack": chunk}`` only after ``sink`` returned
+(the sink must store durably before returning: that gives at-least-once), ``fluent_signal``
+other than 0 (metrics, traces) is acknowledged and dropped, ``size`` is informational.
+
+Every complete message read in one go is decoded into one batch for the sink. Bad input is
+counted with :func:`service.metrics.reject` and never stops the server: a malformed msgpack
+stream or an over-size frame drops that connection (the stream cannot be resynchronised), a
+well-formed message of an unknown shape is skipped. Runtime chunks (CRI ``P``) are joined
+across messages per stream; lines still unfinished at :meth:`ForwardServer.stop` are flushed
+to the sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import msgpack
+
+from service import metrics
+from service.ingest.compression import GZIP_MAGIC, gunzip
+from service.ingest.envelope import MAX_LINE, decode_record
+from service.ingest.forward_handshake import Handshake
+from service.ingest.joiner import Joiner
+from service.ingest.msgpack_events import new_unpacker, split_event, to_bytes, unpack_all
+from service.records import LogRecord
+
+Sink = Callable[[list[LogRecord]], Awaitable[None]]
+
+DEFAULT_PORT = 24224
+_READ_SIZE = 1 << 18
+log = logging.getLogger("vllm_sentinel.ingest.forward")
+
+
+def tls_context(certfile: str, keyfile: str, cafile: str | None = None) -> ssl.SSLContext:
+    """Server TLS context from PEM paths; with ``cafile`` clients must present a certificate
+    signed by it (mutual TLS)."""
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(certfile, keyfile)
+    if cafile:
+        ctx.load_verify_locations(cafile)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    return ctx
+
+
+class _DropConnection(Exception):
+    """The byte stream can no longer be trusted (already counted)."""
+
+
+class ForwardServer:
+    """asyncio Forward server; ``await start()``, ``await stop()``, ``port`` once started."""
+
+    def __init__(
+        self,
+        sink: Sink,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        shared_key: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        max_message_bytes: int = 32 << 20,
+        *,
+        self_hostname: str | None = None,
+        users: Mapping[str, str] | None = None,
+        max_decompressed_bytes: int | None = None,
+        max_line: int = MAX_LINE,
+        join: bool = True,
+        handshake_timeout: float = 10.0,
+        source: str = "forward",
+    ) -> None:
+        self.sink = sink
+        self.host = host
+        self._port = port
+        self.shared_key = shared_key
+        self.tls = tls
+        self.max_message_bytes = max_message_bytes
+        self.max_decompressed_bytes = max_decompressed_bytes or 4 * max_message_bytes
+        self.self_hostname = self_hostname or socket.gethostname()
+        self.users = dict(users) if users else None
+        self.max_line = max_line
+        self.handshake_timeout = handshake_timeout
+        self.source = source
+        self.joiner = Joiner(max_line, source=source) if join else None
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+        self._lines_in = metrics.LINES_IN.labels(source=source)
+        if users and shared_key is None:
+            raise ValueError(
+                "username/password auth needs a shared_key (it rides on the handshake)"
+            )
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when constructed with port 0)."""
+        if self._server is not None and self._server.sockets:
+            return self._server.sockets[0].getsockname()[1]
+        return self._port
+
+    async def start(self) -> None:
+        """Bind and start accepting connections."""
+        self._server = await asyncio.start_server(
+            self._handle, self.host, self._port, ssl=self.tls, limit=_READ_SIZE
+        )
+        log.info("forward server listening on %s:%d", self.host, self.port)
+
+    async def stop(self) -> None:
+        """Stop accepting, close open connections, flush unfinished lines to the sink."""
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        if self.joiner is not None:
+            rest = self.joiner.flush()
+            if rest:
+                await self.sink(rest)
+                self._lines_in.inc(len(rest))
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        unpacker = new_unpacker(self.max_message_bytes)
+        try:
+            if self.shared_key is not None and not await self._handshake(reader, writer, unpacker):
+                return
+            while True:
+                records, acks, healthy = self._drain(unpacker)
+                if self.joiner is not None and records:
+                    records = self.joiner.feed(records)
+                if records:
+                    await self.sink(records)
+                    self._lines_in.inc(len(records))
+                if acks:
+                    for chunk in acks:
+                        writer.write(self._packer.pack({"ack": chunk}))
+                    await writer.drain()
+                if not healthy:
+                    return
+                data = await reader.read(_READ_SIZE)
+                if not data:
+                    return
+                self._feed(unpacker, data)
+        except _DropConnection:
+            pass
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError) as exc:
+            log.debug("forward connection %s ended: %s", peer, exc)
+        except Exception:
+            log.exception("forward connection %s failed; no ack sent for its pending data", peer)
+        finally:
+            writer.close()
+            if task is not None:
+                self._connections.discard(task)
+
+    def _feed(self, unpacker: msgpack.Unpacker, data: bytes) -> None:
+        try:
+            unpacker.feed(data)
+        except msgpack.BufferFull:
+            metrics.reject(self.source, "oversize", f"frame over {self.max_message_bytes} bytes")
+            raise _DropConnection from None
+
+    async def _handshake(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, unpacker: Any
+    ) -> bool:
+        assert self.shared_key is not None
+        shake = Handshake(self.shared_key, self.self_hostname, self.users)
+        writer.write(self._packer.pack(shake.helo()))
+        await writer.drain()
+        ping = await asyncio.wait_for(self._next_object(reader, unpacker), self.handshake_timeout)
+        ok, reason, salt = shake.check_ping(ping)
+        writer.write(self._packer.pack(shake.pong(ok, reason, salt)))
+        await writer.drain()
+        if not ok:
+            metrics.reject(self.source, "auth_failed", reason)
+        return ok
+
+    async def _next_object(self, reader: asyncio.StreamReader, unpacker: Any) -> Any:
+        while True:
+            try:
+                return next(unpacker)
+            except StopIteration:
+                pass
+            except Exception as exc:
+                metrics.reject(self.source, "bad_msgpack", str(exc))
+                raise _DropConnection from None
+            data = await reader.read(_READ_SIZE)
+            if not data:
+                raise _DropConnection
+            self._feed(unpacker, data)
+
+    def _drain(self, unpacker: Any) -> tuple[list[LogRecord], list[Any], bool]:
+        """Decode every complete message buffered: (records, chunk ids to ack, stream ok)."""
+        records: list[LogRecord] = []
+        acks: list[Any] = []
+        try:
+            for message in unpacker:
+                chunk = self._message(message, records)
+                if chunk is not None:
+                    acks.append(chunk)
+        except Exception as exc:  # malformed msgpack: the rest of the stream is unusable
+            metrics.reject(self.source, "bad_msgpack", str(exc))
+            return records, acks, False
+        return records, acks, True
+
+    def _message(self, message: Any, out: list[LogRecord]) -> Any:
+        """Decode one Forward message into ``out``; return its ``chunk`` option (or None)."""
+        if message is None:
+            return None  # heartbeat
+        if type(message) is not list or len(message) < 2 or type(message[0]) is not str:
+            metrics.reject(self.source, "bad_message", repr(message)[:200])
+            return None
+        tag, second = message[0], message[1]
+        kind = type(second)
+        if kind is list:
+            option = message[2] if len(message) > 2 else None
+            entries = second
+        elif kind is bytes or kind is str:
+            option = message[2] if len(message) > 2 else None
+            entries = self._packed(second, option)
+        elif len(message) >= 3:
+            option = message[3] if len(message) > 3 else None
+            entries = [[second, message[2]]]
+        else:
+            metrics.reject(self.source, "bad_message", repr(message)[:200])
+            return None
+        if type(option) is not dict:
+            option = None
+        signal = option.get("fluent_signal", 0) if option else 0
+        if signal not in (0, None):
+            metrics.reject(self.source, "not_logs", f"fluent_signal={signal!r} tag={tag}")
+        else:
+            self._entries(tag, entries, out)
+        return option.get("chunk") if option else None
+
+    def _packed(self, blob: str | bytes, option: dict[str, Any] | None) -> list[Any]:
+        data = to_bytes(blob) or b""
+        compressed = type(option) is dict and option.get("compressed") == "gzip"
+        if compressed or data.startswith(GZIP_MAGIC):
+            try:
+                data = gunzip(data, self.max_decompressed_bytes)
+            except ValueError as exc:
+                metrics.reject(self.source, "bad_gzip", str(exc))
+                return []
+        entries: list[Any] = []
+        try:
+            for entry in unpack_all(data):
+                entries.append(entry)
+        except Exception as exc:
+            metrics.reject(self.source, "bad_msgpack", f"packed entries: {exc}")
+        return entries
+
+    def _entries(self, tag: str, entries: list[Any], out: list[LogRecord]) -> None:
+        source = self.source
+        max_line = self.max_line
+        for entry in entries:
+            event = split_event(entry)
+            if event is None:
+                metrics.reject(source, "bad_entry", repr(entry)[:200])
+                continue
+            t, record = event
+            out.extend(
+                decode_record(record, tag=tag, time=t, stream=tag, source=source, max_line=max_line)
+            )

@@ -1,0 +1,66 @@
+"""Fluent event shapes in msgpack: unpacker settings and ``(time, record)`` extraction.
+
+Fluent Bit chunks (Forward entries, the http output's ``msgpack`` body) hold events as
+``[time, record]`` or, with event format v2 (Fluent Bit >= 2.1), ``[[time, metadata],
+record]``; Kafka ``msgpack`` values and some bodies are bare record maps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import msgpack
+
+from service.ingest.timestamps import ext_hook
+
+MAX_ENTRIES = 1 << 20  # array/map headers larger than this are rejected before allocation
+
+
+def new_unpacker(max_bytes: int) -> msgpack.Unpacker:
+    """Streaming unpacker for untrusted input: bounded buffer and container sizes, str kept
+    lossless (undecodable bytes as surrogates), EventTime decoded to epoch floats."""
+    return msgpack.Unpacker(
+        raw=False,
+        unicode_errors="surrogateescape",
+        strict_map_key=False,
+        ext_hook=ext_hook,
+        max_buffer_size=max_bytes,
+        max_array_len=min(max_bytes, MAX_ENTRIES),
+        max_map_len=min(max_bytes, MAX_ENTRIES),
+    )
+
+
+def unpack_all(data: bytes) -> Iterator[Any]:
+    """Every object of a concatenated msgpack stream; raises on malformed or truncated data
+    (``ValueError`` for a truncated tail)."""
+    unpacker = new_unpacker(max(len(data), 1))
+    unpacker.feed(data)
+    end = 0
+    for obj in unpacker:
+        end = unpacker.tell()
+        yield obj
+    if end != len(data):
+        raise ValueError(f"truncated msgpack: {len(data) - end} bytes left")
+
+
+def split_event(obj: Any) -> tuple[Any, dict[str, Any]] | None:
+    """``(time, record)`` of ``[time, record]``, ``[[time, meta], record]`` or a bare record
+    (time ``None``); ``None`` for any other shape."""
+    if type(obj) is dict:
+        return None, obj
+    if type(obj) is list and len(obj) == 2 and type(obj[1]) is dict:
+        t = obj[0]
+        if type(t) is list:
+            t = t[0] if t else None
+        return t, obj[1]
+    return None
+
+
+def to_bytes(value: Any) -> bytes | None:
+    """A msgpack bin, or a str unpacked with ``surrogateescape``, back to its exact bytes."""
+    if type(value) is bytes:
+        return value
+    if type(value) is str:
+        return value.encode("utf-8", "surrogateescape")
+    return None
