@@ -61,7 +61,7 @@ def decode_line(
         first = line[:1]
         if first == "{":
             obj = _json_dict(line)
-            if obj is not None and (_text_field(obj) is not None):
+            if obj is not None and (text_field(obj) is not None):
                 return _decode_dict_line(obj, stream, position, meta, source, max_line)
         elif "0" <= first <= "9":
             cri = split_cri(line)
@@ -75,7 +75,7 @@ def decode_line(
         return _cri_records(cri, stream, position, meta, source, max_line)
     elif fmt == Format.DOCKER or fmt == Format.FLUENT:
         obj = _json_dict(line) if line[:1] == "{" else None
-        if obj is None or _text_field(obj) is None:
+        if obj is None or text_field(obj) is None:
             metrics.reject(source, "bad_docker" if fmt == Format.DOCKER else "bad_record", line)
             return []
         if fmt == Format.FLUENT:
@@ -115,10 +115,10 @@ def decode_record(
     ``fmt`` ``cri``/``docker`` say the record's ``log`` is still an unparsed CRI/Docker
     line; ``auto`` detects that when the record has no ``stream``/``_p``/``logtag``.
     """
-    text = _text_field(record)
+    text = text_field(record)
     if type(text) is not str:
         if isinstance(text, bytes | bytearray):
-            text = _decode_bytes(bytes(text), source)
+            text = decode_bytes(bytes(text), source)
         else:
             metrics.reject(source, "no_log_field", repr(record)[:200])
             return []
@@ -152,6 +152,36 @@ def decode_record(
     if text.endswith("\n"):
         text = text[:-1]
     return _records(text, key, t, rec_meta, position, partial, source, max_line)
+
+
+def decode_text(
+    text: str,
+    stream: str,
+    *,
+    fmt: Format | str = Format.AUTO,
+    position: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    source: str = "text",
+    max_line: int = MAX_LINE,
+) -> list[LogRecord]:
+    """Decode a blob of ``\n``-separated lines (a raw Kafka value, a text/plain body); every
+    line is decoded as by :func:`decode_line`, positions after the first get ``#<i>``."""
+    if "\n" not in text or text.find("\n") == len(text) - 1:
+        return decode_line(
+            text, stream, fmt=fmt, position=position, meta=meta, source=source, max_line=max_line
+        )
+    lines = text.split("\n")
+    if not lines[-1]:
+        lines.pop()
+    out: list[LogRecord] = []
+    for i, line in enumerate(lines):
+        pos = position if i == 0 or position is None else f"{position}#{i}"
+        out.extend(
+            decode_line(
+                line, stream, fmt=fmt, position=pos, meta=meta, source=source, max_line=max_line
+            )
+        )
+    return out
 
 
 def record_meta(record: Mapping[str, Any], tag: str | None, fd: Any) -> dict[str, Any]:
@@ -239,7 +269,8 @@ def clean_text(text: str, source: str) -> str:
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
-def _decode_bytes(data: bytes, source: str) -> str:
+def decode_bytes(data: bytes, source: str) -> str:
+    """UTF-8 text of ``data``; invalid bytes become U+FFFD and count one ``invalid_utf8``."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -247,7 +278,9 @@ def _decode_bytes(data: bytes, source: str) -> str:
         return data.decode("utf-8", "replace")
 
 
-def _text_field(record: Mapping[str, Any]) -> Any:
+def text_field(record: Mapping[str, Any]) -> Any:
+    """The record's line: ``log``, else ``message`` (classic CRI parser, JSON app logs), else
+    ``MESSAGE`` (journald); ``None`` when it has none."""
     text = record.get("log")
     if text is None:
         text = record.get("message")
