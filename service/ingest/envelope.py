@@ -13,6 +13,7 @@ A ``log`` holding several lines becomes several records; their positions get ``#
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
@@ -28,6 +29,7 @@ MAX_LINE = 1 << 20  # characters; longer lines are truncated and counted as ``ov
 _DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
 _FD = {"stdout": "stdout", "stderr": "stderr"}
 _JSON_LOADS = json.loads
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class Format(StrEnum):
@@ -51,6 +53,9 @@ def decode_line(
     max_line: int = MAX_LINE,
 ) -> list[LogRecord]:
     """Decode one text line (trailing ``\\n`` optional) into records.
+
+    ``line`` must be proper text (bytes decoded with ``errors="replace"``); text coming out
+    of JSON or msgpack inside the line is cleaned of lone surrogates here.
 
     ``stream`` is the fallback stream key (file path, Kafka key ...); ``meta`` is what the
     source already knows (e.g. from the file path) and only fills keys the envelope lacks.
@@ -266,7 +271,7 @@ def clean_text(text: str, source: str) -> str:
         return text
     except UnicodeEncodeError:
         metrics.reject(source, "invalid_utf8", text)
-        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+        return _SURROGATE.sub("\ufffd", text)
 
 
 def decode_bytes(data: bytes, source: str) -> str:

@@ -15,6 +15,7 @@ container (see :mod:`service.ingest.runtime_paths`).
 from __future__ import annotations
 
 import gzip
+import io
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
@@ -126,9 +127,9 @@ def read_file(
 
 
 def _maybe_gzip(fh: BinaryIO) -> BinaryIO:
-    peek = getattr(fh, "peek", None)
-    head = peek(2)[:2] if peek is not None else b""
-    if head == _GZIP_MAGIC:
+    if not hasattr(fh, "peek"):
+        fh = io.BufferedReader(fh)  # type: ignore[arg-type]
+    if fh.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[attr-defined]
         return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
     return fh
 
