@@ -1,0 +1,260 @@
+#!/usr/bin/env python3
+"""Publish captured real vLLM logs into the labelled corpus and write the manifest.
+
+Reads tests/fixtures/real/<name>.meta.json (written by scenarios.py) and the labels below,
+then writes
+
+* tests/corpus/cases/real-cpu-<name>.log   (byte copy of tests/fixtures/real/<name>.log)
+* tests/corpus/cases/real-cpu-<name>.json  (label sidecar, see tests/corpus/README.md)
+* tests/fixtures/real/MANIFEST.md
+
+    python3 scripts/capture/publish.py            # all scenarios that have a capture
+    python3 scripts/capture/publish.py NAME ...   # only these
+
+Labels are judged by hand from the captured output (stage = the stage the stream had
+reached at the first real failure line; healthy = tier none / category healthy / last
+stage reached). Re-check them after a re-capture.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+REAL = REPO / "tests" / "fixtures" / "real"
+CASES = REPO / "tests" / "corpus" / "cases"
+VLLM_VERSION = "0.32.0"
+TORCH_VERSION = "2.13.0+cpu"
+
+ORDERLY = ("Orderly stop, not a failure: the `[shutdown] ...` INFO lines, the `force killing "
+           "remaining process(es)` / `force killing sub process VLLM::Worker` WARNINGs, the "
+           "ERROR `AsyncLLM output_handler failed.` traceback ending in `vllm.v1.engine."
+           "exceptions.EngineDeadError`, and the `nanobind: leaked ...` / `resource_tracker: "
+           "There appear to be N leaked ...` stderr lines are all shutdown noise.")
+COMMON = ("Harmless on every start of this build: `Triton is installed, but doesn't include CPU "
+          "backend. Disabling Triton.` (stderr, unprefixed), `Triton is not installed. "
+          "triton-cpu is expected on x86 CPUs.`, the ulimit WARNING, `libtcmalloc/libiomp is "
+          "not found in LD_PRELOAD`, FutureWarning about torch.distributed.reduce_op.")
+
+# name -> (tier, category, stage, notes)
+LABELS: dict[str, tuple[str, str, str, str]] = {
+    "healthy-serving-prefix-caching-sigterm": (
+        "none", "healthy", "serving",
+        "Full startup with --enable-prefix-caching and VLLM_LOG_STATS_INTERVAL=2, GET "
+        "/v1/models and 6 chat requests sharing a long system prompt (uvicorn access lines "
+        "on stdout), `Engine 000: ... CPU KV cache usage: 0.0%, Prefix cache hit rate: N%` "
+        "stats lines from (APIServer pid=N), then SIGTERM. First capture on a cold "
+        "torch.compile cache (`saved AOT compiled function`). " + ORDERLY + " " + COMMON),
+    "healthy-idle-sigint": (
+        "none", "healthy", "api_server",
+        "Startup to `Application startup complete.`, no requests, SIGINT after ~8 s. " + ORDERLY
+        + " Also a WARNING `[backbone] Compiling model again due to a load failure from "
+        "...torch_compile_cache... reason: 'function' object has no attribute "
+        "'finalize_loading'` (warm compile cache; harmless). " + COMMON),
+    "healthy-abbreviated-flag-accepted": (
+        "none", "healthy", "api_server",
+        "Trap case: the command has a misspelt, truncated flag `--enable-prefix-cachin`, but "
+        "Python argparse accepts any unique prefix of a long option, so vLLM starts normally "
+        "(`non-default args` shows 'enable_prefix_caching': True). Idle, then SIGTERM. "
+        + ORDERLY),
+    "kv-cache-too-small": (
+        "capacity", "oom_kv_cache", "kv_cache_init",
+        "Model with max_position_embeddings 4194304, --max-model-len 4000000, "
+        "VLLM_CPU_KVCACHE_SPACE=1. EngineCore logs `EngineCore failed to start.` + traceback "
+        "through _initialize_kv_caches/get_kv_cache_configs ending in `ValueError: To serve at "
+        "least one request with the model's max seq len (4000000), (3.81 GiB KV cache is "
+        "needed, which is larger than the available KV cache memory (1.0 GiB). ...`. "
+        "Consequences after it: `Worker proc VllmWorker-0 died unexpectedly (exit code: 0)`, "
+        "an unprefixed `Process EngineCore:` raw traceback repeating the ValueError, the "
+        "APIServer raw traceback ending in `RuntimeError: Engine core initialization failed. "
+        "See root cause above. Failed core proc(s): {'EngineCore': 1}`. Exit code 1."),
+    "worker-killed-while-serving": (
+        "capacity", "host_memory", "serving",
+        "Served 2 requests, then 3 long generations (max_tokens 900, ignore_eos) were in "
+        "flight and the `VLLM::Worker` process got SIGKILL (kill -9, as the kernel OOM "
+        "killer would do; nothing in the log says 'Killed' or 'OOM'). First failure line: "
+        "(EngineCore) ERROR `Worker proc VllmWorker-0 died unexpectedly (exit code: ...), "
+        "shutting down executor.` (exit code printed as None or -9 depending on timing), "
+        "then dump_input ERROR lines, `EngineCore encountered a fatal error.` traceback "
+        "ending in `RuntimeError: cancelled` (shm_broadcast acquire_read), APIServer "
+        "`AsyncLLM output_handler failed` -> EngineDeadError, HTTP 500s, and the API server "
+        "shuts itself down. Exit code of the main process: 0 (!). Labelled host_memory as "
+        "the brief's stand-in for an OOM kill; on a real node the kernel log would say so."),
+    "enginecore-killed-while-serving": (
+        "capacity", "host_memory", "serving",
+        "Like worker-killed-while-serving, but SIGKILL to the `VLLM::EngineCore` process "
+        "with long generations in flight (OOM-killer stand-in). The API server notices the "
+        "dead engine core process; see the log for the exact cascade."),
+    "model-unavailable-offline": (
+        "other", "model_unavailable", "cuda_init",
+        "`vllm serve some-org/missing-model` with HF_HUB_OFFLINE=1 and an empty cache: right "
+        "after `non-default args`, an uncaught (unprefixed) traceback from "
+        "EngineArgs.__post_init__ -> get_model_path -> snapshot_download ending in "
+        "`huggingface_hub.errors.LocalEntryNotFoundError: Cannot find an appropriate cached "
+        "snapshot folder for the specified revision on the local disk and outgoing traffic "
+        "has been disabled. ...`. Exit 1. Stage: fails during argument processing, before "
+        "engine configuration; cuda_init as the earliest in-process rung (corpus convention)."),
+    "bad-tool-call-parser": (
+        "other", "config_error", "cuda_init",
+        "`--enable-auto-tool-choice --tool-call-parser kimi_k9`: after `non-default args`, "
+        "uncaught traceback from validate_api_server_args ending in `KeyError: 'invalid tool "
+        "call parser: kimi_k9 (chose from { apertus,...})'`. Exit 1. Stage: before engine "
+        "configuration -> cuda_init (corpus convention for argument errors)."),
+    "bad-unknown-cli-flag": (
+        "other", "config_error", "cuda_init",
+        "`--kv-cache-size 1G` (no such option): argparse prints `usage: vllm serve "
+        "[model_tag] [options]` and `vllm serve: error: unrecognized arguments: ...` on "
+        "stderr, exit 2; no vLLM-format line at all. Stage cuda_init by the corpus "
+        "convention for CLI-parse errors."),
+    "bad-dtype": (
+        "other", "config_error", "cuda_init",
+        "`--dtype float8`: argparse `vllm serve: error: argument --dtype: invalid choice: "
+        "'float8' (choose from 'auto', 'bfloat16', 'float', 'float16', 'float32', 'half')`, "
+        "exit 2; only 3 lines. Stage cuda_init by the corpus convention for CLI-parse errors."),
+    "bad-max-model-len-too-large": (
+        "other", "config_error", "distributed_init",
+        "`--max-model-len 8192` on a model with max_position_embeddings 2048: after "
+        "`Resolved architecture: LlamaForCausalLM` an uncaught traceback through "
+        "create_engine_config -> create_model_config ending in `pydantic_core._pydantic_core."
+        "ValidationError: 1 validation error for ModelConfig` / `Value error, User-specified "
+        "max_model_len (8192) is greater than the derived max_model_len "
+        "(max_position_embeddings=2048.0 or model_max_length=None in model's config.json). "
+        "To allow overriding this maximum, set the env var VLLM_ALLOW_LONG_MAX_MODEL_LEN=1. "
+        "...` Exit 1. Stage: engine configuration (create_engine_config) = distributed_init "
+        "per taxonomy; a reader could also argue cuda_init since no world/rank line was "
+        "printed. The message mentions 'CUDA array out-of-bounds error' - not a CUDA failure."),
+    "bad-env-kvcache-space": (
+        "other", "config_error", "distributed_init",
+        "VLLM_CPU_KVCACHE_SPACE=0.01 (must be whole GiB): engine configuration runs "
+        "(`Resolved architecture`, `Using max model len 1024`, platform warnings) then an "
+        "uncaught traceback through create_engine_config ending in `pydantic_core."
+        "_pydantic_core.ValidationError: 1 validation error for VllmConfig` / `Value error, "
+        "invalid literal for int() with base 10: '0.01' [type=value_error, ...]`. Exit 1. "
+        "Stage: engine configuration = distributed_init (see bad-max-model-len-too-large)."),
+    "unsupported-cpu-attention-head-dim-16": (
+        "integration", "backend_kernel", "serving",
+        "Model with head dim 16 (hidden 64, 4 heads). Startup completes (warm-up does not hit "
+        "the CPU attention kernel), the first chat request dies in the CPU attention kernel: "
+        "`RuntimeError: Unsupported CPU attention configuration: head_dim=16 ...`, "
+        "EngineCore fatal error, EngineDeadError, HTTP 500, API server shuts down. Judged "
+        "integration/backend_kernel: an attention backend kernel rejects the model's shape "
+        "after initialisation succeeded (the GPU analogue is a FlashInfer/FlashAttention "
+        "head-size refusal). Arguably other/config_error (wrong model for this platform); "
+        "the fix is a different backend/model, not a driver or memory change. Stage serving "
+        "because startup completed and the failure is on the first request."),
+    "healthy-debug-logging": (
+        "none", "healthy", "serving",
+        "VLLM_LOGGING_LEVEL=DEBUG: hundreds of DEBUG lines, the [file:line] field becomes a "
+        "path relative to the vllm package (e.g. `[v1/engine/core_client.py:NNN]`), 2 chat "
+        "requests, SIGTERM. " + ORDERLY),
+    "healthy-forced-colour": (
+        "none", "healthy", "serving",
+        "VLLM_LOGGING_COLOR=1 FORCE_COLOR=1 with stdout a pipe: real ANSI codes around the "
+        "process prefix, level, time and [file:line]. 2 chat requests, SIGTERM. " + ORDERLY),
+    "healthy-tp2": (
+        "none", "healthy", "serving",
+        "--tensor-parallel-size 2 with VLLM_CPU_OMP_THREADS_BIND='0|1': gloo world_size=2, "
+        "(Worker_TP0 pid=N) / (Worker_TP1 pid=N) prefixes, 2 chat requests, SIGTERM. " + ORDERLY),
+    "tp2-no-thread-binding": (
+        "other", "config_error", "distributed_init",
+        "--tensor-parallel-size 2 on a 2-core, 1-NUMA-node machine without "
+        "VLLM_CPU_OMP_THREADS_BIND: `AssertionError: Not enough allowed NUMA nodes to bind "
+        "threads of 2 local CPUWorkers...` while setting up the workers. Fix is an env "
+        "setting (VLLM_CPU_OMP_THREADS_BIND) => config_error."),
+    "stall-multinode-no-peer": (
+        "integration", "internode_network", "distributed_init",
+        "stall: no error line; detected only by stall detection. --tensor-parallel-size 2 "
+        "--nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port 29555 and no second "
+        "node: the log goes silent while rank 0 waits for its peer; the whole process group "
+        "was SIGKILLed after 90 s of silence (as a startup probe/restart would), so the log "
+        "just stops."),
+}
+
+
+def main() -> int:
+    names = sys.argv[1:] or [n for n in LABELS if (REAL / f"{n}.meta.json").exists()]
+    for n in names:
+        tier, cat, stage, notes = LABELS[n]
+        meta = json.loads((REAL / f"{n}.meta.json").read_text())
+        shutil.copyfile(REAL / f"{n}.log", CASES / f"real-cpu-{n}.log")
+        date = meta["started"][:10]
+        side = {
+            "tier": tier, "category": cat, "stage": stage,
+            "source": f"real vllm-cpu {VLLM_VERSION} run on {date}, scripts/capture/"
+                      f"scenarios.py {n} (fixture tests/fixtures/real/{n}.log / .cri.log)",
+            "vllm_version": VLLM_VERSION,
+            "notes": notes,
+        }
+        (CASES / f"real-cpu-{n}.json").write_text(json.dumps(side, indent=2, ensure_ascii=False) + "\n")
+    write_manifest()
+    return 0
+
+
+def write_manifest() -> None:
+    metas = []
+    for p in sorted(REAL.glob("*.meta.json")):
+        metas.append(json.loads(p.read_text()))
+    order = {n: i for i, n in enumerate(LABELS)}
+    metas.sort(key=lambda m: (order.get(m["name"], len(order)), m["name"]))
+    out = [
+        "# Real vLLM log fixtures (CPU build)",
+        "",
+        f"Captured by running `vllm serve` from the CPU build of vLLM (`vllm-cpu` {VLLM_VERSION}, "
+        f"torch {TORCH_VERSION}, Python 3.11, 2-core x86-64, no GPU, no internet, "
+        "`HF_HUB_OFFLINE=1`) on tiny random Llama checkpoints. Every line is vLLM's own output; "
+        "nothing was edited. Re-capture by hand (not in CI):",
+        "",
+        "```bash",
+        "scripts/capture/setup_vllm_cpu.sh                                   # venv in /tmp/vllm-cpu",
+        "/tmp/vllm-cpu/bin/python scripts/capture/make_tiny_model.py /tmp/vllm-models",
+        "HF_HUB_OFFLINE=1 python3 scripts/capture/scenarios.py NAME ...      # one vLLM at a time",
+        "python3 scripts/capture/publish.py                                  # corpus copies + this file",
+        "```",
+        "",
+        "Per scenario: `<name>.log` = stdout+stderr lines merged in arrival order, bytes as "
+        "printed (`\\r` of vLLM's multi-line records, tqdm `\\r`, ANSI kept); `<name>.cri.log` "
+        "= the same lines in CRI format (`<RFC3339Nano receive time> <stdout|stderr> <F|P> "
+        "<line>`, `P` for a chunk still without newline when the stream closed); "
+        "`<name>.meta.json` = command, extra env, exit code, line counts, what the driver did "
+        "and when. Lines read in the same pipe read share a timestamp. The process was started "
+        "without a TTY, stdin /dev/null, in its own process group; the env is the capture "
+        "shell's plus the listed variables (always `HF_HUB_OFFLINE=1`; "
+        "`VLLM_CPU_KVCACHE_SPACE=1` unless stated). The model directories are in /tmp/vllm-models "
+        "(see make_tiny_model.py); `tiny-llama`: hidden 256, 4 heads, 2 KV heads, 2 layers, "
+        "max_position_embeddings 2048, bf16. The torch.compile cache in ~/.cache/vllm was cold "
+        "only for the first captures of each model.",
+        "",
+        "Labels (tier/category/stage) of each capture are in "
+        "`tests/corpus/cases/real-cpu-<name>.json`.",
+        "",
+    ]
+    for m in metas:
+        n = m["name"]
+        lab = LABELS.get(n)
+        out += [
+            f"## {n}",
+            "",
+            f"- what: {m.get('what', '')}",
+            f"- date: {m['started']} .. {m['ended']}; vllm {VLLM_VERSION} (vllm-cpu), torch {TORCH_VERSION}",
+            "- command: `" + " ".join(c.replace("/tmp/vllm-cpu/bin/vllm", "vllm") for c in m["cmd"]) + "`",
+            "- env: " + (", ".join(f"`{k}={v}`" for k, v in m["env"].items()) or "(none)"),
+            f"- exit code: {m['returncode']}; lines: {m['lines']} (stdout {m['stdout_lines']}, "
+            f"stderr {m['stderr_lines']}, partial {m['partial_lines']})",
+        ]
+        if lab:
+            out.append(f"- label: {lab[0]}/{lab[1]}/{lab[2]}")
+        events = [e.split(" ", 1)[1] for e in m.get("driver_events", []) if "started pid" not in e]
+        if events:
+            out.append("- driver: " + "; ".join(events))
+        if m.get("extra_notes"):
+            out.append(f"- notes: {m['extra_notes']}")
+        if lab:
+            out.append(f"- shows: {lab[3]}")
+        out.append("")
+    (REAL / "MANIFEST.md").write_text("\n".join(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
