@@ -153,7 +153,11 @@ def _lines(fh: BinaryIO, max_line: int, source: str) -> Iterator[bytes]:
             block = carry + block
         lines = block.split(b"\n")
         carry = lines.pop()
-        yield from lines
+        for line in lines:
+            if len(line) > max_line:
+                metrics.reject(source, "oversize", f"line of {len(line)} bytes")
+                line = _cut(line, max_line)
+            yield line
         if len(carry) > max_line:
             metrics.reject(source, "oversize", f"line longer than {max_line} bytes")
             yield _cut(carry, max_line)
