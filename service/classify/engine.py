@@ -1,0 +1,351 @@
+"""The classifier core: log records in, incident changes out.
+
+Per line: parse → one rule scan (stages, status markers, facts, signatures) → stage and
+status tracking → a finding (signature first; the text model only for error-looking lines
+no signature explains) → the run's incident (root cause first, cascades attached).
+No FastAPI, Kafka or database here: the CLI, the service and the tests drive this core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from service.classify.facts import explain_compatibility
+from service.classify.finding import Finding
+from service.classify.incident import Incident
+from service.classify.rulebook import RuleBook
+from service.classify.rules import RULES_DIR, Signature, load_playbook
+from service.classify.stream_state import FAILED, READY, SERVING, STARTING, STOPPED, StreamState
+from service.parse import line as L
+from service.records import LogRecord
+from service.taxonomy import STAGE_INDEX, later_stage, tier_of
+
+# Exceptions that are not failures in themselves.
+BENIGN_EXC = frozenset({
+    "KeyboardInterrupt", "SystemExit", "GeneratorExit", "CancelledError",
+    "asyncio.exceptions.CancelledError", "asyncio.CancelledError", "StopIteration",
+})
+MODEL_PRIORITY = 35
+UNKNOWN_PRIORITY = 10
+COMPAT_TIER = "compatibility"
+
+
+class TextModelLike(Protocol):
+    def predict(self, text: str) -> Any: ...
+
+
+class NoveltyLike(Protocol):
+    def observe(self, text: str) -> tuple[str, bool]: ...
+
+
+@dataclass(slots=True)
+class Change:
+    """An incident changed: ``opened``, ``updated`` (root cause or restarts changed),
+    ``resolved``, or ``evidence`` (more lines attached; stored, not notified)."""
+
+    kind: str
+    incident: Incident
+
+
+class Classifier:
+    """Classifies many interleaved streams; one instance per process (not thread-safe)."""
+
+    def __init__(
+        self,
+        rulebook: RuleBook | None = None,
+        text_model: TextModelLike | None = None,
+        novelty: NoveltyLike | None = None,
+        state_loader: Callable[[str], StreamState | None] | None = None,
+    ) -> None:
+        self.rules = rulebook or RuleBook()
+        self.playbook = load_playbook(self.rules.rules_dir if rulebook else RULES_DIR)
+        self.model = text_model
+        self.novelty = novelty
+        self.state_loader = state_loader
+        self.streams: dict[str, StreamState] = {}
+        self.lines = 0
+        self.model_calls = 0
+        self.disagreements = 0
+
+    # ---- streams -------------------------------------------------------------------
+    def state(self, key: str, meta: dict[str, Any] | None = None) -> StreamState:
+        st = self.streams.get(key)
+        if st is None:
+            st = self.state_loader(key) if self.state_loader else None
+            if st is None:
+                st = StreamState(key=key, meta=dict(meta or {}))
+            self.streams[key] = st
+        return st
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """Drop in-memory state (e.g. a Kafka partition was revoked)."""
+        for k in list(keys):
+            self.streams.pop(k, None)
+
+    # ---- feeding -------------------------------------------------------------------
+    def feed(self, rec: LogRecord) -> list[Change]:
+        st = self.state(rec.stream, rec.meta)
+        meta = rec.meta
+        if meta and (meta.get("container_id") != st.meta.get("container_id")
+                     or meta.get("image") != st.meta.get("image") or not st.facts):
+            _merge_meta(st, meta, self.rules)
+        return self.feed_text(st, rec.text, rec.time)
+
+    def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
+        line = L.parse_line(text)
+        if line.kind == L.EMPTY:
+            return []
+        self.lines += 1
+        st.seq += 1
+        if time is not None:
+            st.last_time = time
+        changes: list[Change] = []
+        kind = line.kind
+
+        if kind == L.FRAME:
+            hint = self.rules.frame_stage.get(line.func or "")
+            if hint:
+                prev = st.frame_hint.get(line.proc_key)
+                st.frame_hint[line.proc_key] = later_stage(prev, hint) or hint
+            self._note(st, line, changes)
+            return changes
+        if kind in (L.CODE, L.CHAIN, L.PROCESS):
+            self._note(st, line, changes)
+            return changes
+        if kind == L.TRACEBACK:
+            st.frame_hint.pop(line.proc_key, None)
+            self._note(st, line, changes)
+            return changes
+
+        st.last_line = line.text
+        hits = self.rules.scan(line.message)
+        if hits.run_start and self._is_new_run(st):
+            self._new_run(st, changes)
+        if hits.stages:
+            for stage in hits.stages:
+                self._advance(st, stage, time, changes)
+        if hits.ready and st.status in (STARTING, FAILED) and not st.shutting_down:
+            self._advance(st, "api_server", time, changes)
+            st.status = READY
+            st.last_good_facts = dict(st.facts)
+            self._resolve_passed(st, time, changes, ready=True)
+        if hits.serving and not st.shutting_down and st.status != SERVING:
+            self._advance(st, "serving", time, changes)
+            if st.status in (STARTING, READY):
+                st.status = SERVING
+        if hits.shutdown:
+            st.shutting_down = True
+            if line.message.startswith(("Application shutdown complete", "Finished server process")):
+                st.status = STOPPED if st.status != FAILED else FAILED
+        for name, value in hits.facts:
+            st.facts.setdefault(name, value)
+
+        finding = self._finding(st, line, hits.signatures, time)
+        if finding is not None:
+            self._attach(st, finding, changes)
+        else:
+            self._note(st, line, changes)
+        return changes
+
+    def finish(self) -> list[Change]:
+        """End of input (offline use): nothing more will arrive."""
+        return []
+
+    # ---- stages and runs -----------------------------------------------------------
+    @staticmethod
+    def _is_new_run(st: StreamState) -> bool:
+        if st.stage is None:
+            return False
+        return st.status != STARTING or STAGE_INDEX[st.stage] >= STAGE_INDEX["distributed_init"]
+
+    def _new_run(self, st: StreamState, changes: list[Change]) -> None:
+        st.run += 1
+        st.stage = None
+        st.timeline = {}
+        st.status = STARTING
+        st.shutting_down = False
+        st.frame_hint = {}
+        st.facts = {}
+        _merge_meta(st, st.meta, self.rules)
+
+    def _advance(self, st: StreamState, stage: str, time: float | None,
+                 changes: list[Change]) -> None:
+        if st.stage is not None and STAGE_INDEX[stage] <= STAGE_INDEX[st.stage]:
+            return
+        # Skipped stages are implied (a log never says every marker).
+        start = STAGE_INDEX[st.stage] + 1 if st.stage else STAGE_INDEX[stage]
+        for s in list(STAGE_INDEX)[start:STAGE_INDEX[stage] + 1]:
+            st.timeline.setdefault(s, time if time is not None else st.seq)
+        st.stage = stage
+        st.last_stage_change = time
+        self._resolve_passed(st, time, changes)
+
+    def _resolve_passed(self, st: StreamState, time: float | None, changes: list[Change],
+                        ready: bool = False) -> None:
+        """A later run that gets past the failing stage resolves the incident."""
+        for inc in list(st.incidents):
+            if inc.status != "open" or inc.run >= st.run or inc.severity != "critical":
+                continue
+            if ready or (st.stage and STAGE_INDEX[st.stage] > STAGE_INDEX[inc.stage]):
+                inc.status = "resolved"
+                inc.resolved_at = time
+                inc.resolution = (
+                    f"run {st.run} of the workload got past {inc.stage}"
+                    + (" and is ready" if ready else f" (reached {st.stage})")
+                )
+                st.incidents.remove(inc)
+                changes.append(Change("resolved", inc))
+
+    # ---- findings ------------------------------------------------------------------
+    def _finding(self, st: StreamState, line: L.Line, sigs: list[tuple[Signature, Any]],
+                 time: float | None) -> Finding | None:
+        hint = st.frame_hint.get(line.proc_key)
+        if sigs and line.level is not None:
+            sigs = [h for h in sigs if h[0].levels is None or line.level in h[0].levels]
+        if sigs:
+            sig = sigs[0][0]
+            if st.shutting_down and sig.role in ("cascade", "symptom"):
+                return None
+            stage = self._stage_for(st, sig.stage, sig.default_stage, hint)
+            category = sig.category_by_stage.get(stage, sig.category)
+            if self.model is not None and sig.role == "cause" and self._error_like(line):
+                self._check_disagreement(line, category)
+            return Finding(
+                tier=tier_of(category), category=category, stage=stage,
+                confidence=sig.confidence, method="signature", rule=sig.id, line=line.text,
+                role=sig.role, priority=sig.priority, seq=st.seq, time=time,
+                process=line.process, remediation=sig.remediation or self._first_move(category),
+            )
+        strength = self._error_like(line)
+        if strength is None or st.shutting_down:
+            return None
+        template, novel = (self.novelty.observe(line.message) if self.novelty
+                           else (line.message, False))
+        if self.model is not None:
+            self.model_calls += 1
+            pred = self.model.predict(line.message)
+            template = getattr(pred, "template", None) or template
+            cat = pred.category
+            if cat not in ("healthy", "unknown"):
+                stage = self._stage_for(st, None, None, hint)
+                return Finding(
+                    tier=tier_of(cat), category=cat, stage=stage,
+                    confidence=float(pred.probability), method="model", rule=None,
+                    line=line.text, role="symptom", priority=MODEL_PRIORITY, seq=st.seq,
+                    time=time, process=line.process, remediation=self._first_move(cat),
+                    template=template, novel=novel,
+                )
+            if cat == "healthy":
+                return None
+        if strength != "exception":
+            return None
+        return Finding(
+            tier="other", category="unknown", stage=self._stage_for(st, None, None, hint),
+            confidence=0.3, method="heuristic", rule=None, line=line.text, role="symptom",
+            priority=UNKNOWN_PRIORITY, seq=st.seq, time=time, process=line.process,
+            remediation=self._first_move("unknown"), template=template, novel=novel,
+        )
+
+    @staticmethod
+    def _error_like(line: L.Line) -> str | None:
+        """``exception`` for exception lines, ``error`` for ERROR-level lines, else None."""
+        if line.kind == L.EXCEPTION:
+            return None if line.exc in BENIGN_EXC else "exception"
+        if line.level in ("ERROR", "CRITICAL") and line.kind in (L.VLLM, L.PLAIN, L.TORCH,
+                                                                 L.NCCL, L.UVICORN):
+            return "error"
+        if line.kind == L.NCCL and line.level == "WARNING":
+            return "error"
+        return None
+
+    def _check_disagreement(self, line: L.Line, category: str) -> None:
+        pred = self.model.predict(line.message) if self.model else None
+        self.model_calls += 1
+        if pred is not None and pred.category not in (category, "unknown"):
+            self.disagreements += 1
+            from service.metrics import DISAGREEMENTS
+
+            DISAGREEMENTS.inc()
+
+    @staticmethod
+    def _stage_for(st: StreamState, fixed: str | None, default: str | None,
+                   hint: str | None) -> str:
+        if fixed:
+            return fixed
+        stage = later_stage(st.stage, hint)
+        return stage or default or "container"
+
+    def _first_move(self, category: str) -> str:
+        entry = self.playbook.get("categories", {}).get(category) or {}
+        return " ".join(str(entry.get("first_move", "")).split())
+
+    # ---- incidents -----------------------------------------------------------------
+    def _attach(self, st: StreamState, f: Finding, changes: list[Change]) -> None:
+        severity = "warning" if f.role == "warning" else "critical"
+        inc = st.current(severity)
+        if inc is None:
+            same = None
+            if severity == "critical":
+                same = next((i for i in st.incidents if i.status == "open"
+                             and i.severity == "critical" and i.category == f.category
+                             and i.run < st.run), None)
+            if same is not None:  # the workload restarted and failed the same way
+                same.restarts += 1
+                same.run = st.run
+                same.updated_at = f.time
+                same.timeline = dict(st.timeline)
+                changes.append(Change("updated", same))
+                if f.role != "cascade":
+                    st.status = FAILED
+                return
+            inc = Incident(
+                id=Incident.make_id(st.key, st.run, f.seq, f.line), stream=st.key, run=st.run,
+                primary=f, severity=severity, meta=dict(st.meta), opened_at=f.time,
+                updated_at=f.time,
+            )
+            inc.note(f.line)
+            self._refresh(st, inc)
+            st.incidents.append(inc)
+            if severity == "critical":
+                st.status = FAILED
+                st.runs_failed += 1
+            changes.append(Change("opened", inc))
+            return
+        inc.note(f.line)
+        inc.updated_at = f.time
+        if inc.add(f):
+            self._refresh(st, inc)
+            changes.append(Change("updated", inc))
+        else:
+            changes.append(Change("evidence", inc))
+
+    def _refresh(self, st: StreamState, inc: Incident) -> None:
+        inc.facts = dict(st.facts)
+        inc.timeline = dict(st.timeline)
+        inc.explanation = (explain_compatibility(st.facts, self.rules.cuda)
+                           if inc.tier == COMPAT_TIER else None)
+
+    def _note(self, st: StreamState, line: L.Line, changes: list[Change]) -> None:
+        """Lines after the first error are the incident's evidence."""
+        inc = st.current()
+        if inc is not None and len(inc.evidence) < 60:
+            inc.note(line.text)
+            # facts may arrive after the failure (e.g. nvidia-smi printed by a wrapper)
+            if inc.tier == COMPAT_TIER and st.facts != inc.facts:
+                self._refresh(st, inc)
+
+
+def _merge_meta(st: StreamState, meta: dict[str, Any], rules: RuleBook) -> None:
+    for k, v in meta.items():
+        if v and k not in ("fd", "tag") and st.meta.get(k) != v:
+            st.meta[k] = v
+    for key in ("image", "node", "namespace", "pod", "container"):
+        if meta.get(key):
+            st.facts.setdefault(key, str(meta[key]))
+    image = meta.get("image")
+    if image and "image_cuda" not in st.facts:
+        cuda = rules.cuda.image_cuda(str(image))
+        if cuda:
+            st.facts["image_cuda"] = cuda

@@ -1,0 +1,119 @@
+"""An incident: one failure of one workload, root cause first, cascades attached."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.classify.finding import Finding
+
+MAX_RELATED = 25
+MAX_EVIDENCE = 60
+
+
+@dataclass
+class Incident:
+    id: str
+    stream: str
+    run: int
+    primary: Finding
+    related: list[Finding] = field(default_factory=list)
+    status: str = "open"  # open | resolved
+    severity: str = "critical"  # critical (pages) | warning (never pages)
+    facts: dict[str, Any] = field(default_factory=dict)
+    timeline: dict[str, Any] = field(default_factory=dict)
+    evidence: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    explanation: str | None = None
+    opened_at: float | None = None
+    updated_at: float | None = None
+    resolved_at: float | None = None
+    resolution: str | None = None
+    restarts: int = 0  # later runs of the workload that failed the same way
+    extra: dict[str, Any] = field(default_factory=dict)  # judgements added downstream
+
+    @staticmethod
+    def make_id(stream: str, run: int, seq: int, line: str) -> str:
+        """Deterministic id, so a replay of the same input yields the same incident."""
+        digest = hashlib.sha256(f"{stream}|{run}|{seq}|{line}".encode()).hexdigest()
+        return digest[:20]
+
+    @property
+    def tier(self) -> str:
+        return self.primary.tier
+
+    @property
+    def category(self) -> str:
+        return self.primary.category
+
+    @property
+    def stage(self) -> str:
+        return self.primary.stage
+
+    def add(self, finding: Finding) -> bool:
+        """Attach a finding; returns True when it became the new root cause."""
+        if finding.beats(self.primary):
+            self.related.insert(0, self.primary)
+            self.primary = finding
+            del self.related[MAX_RELATED:]
+            return True
+        if len(self.related) < MAX_RELATED and not any(
+            r.rule == finding.rule and r.line == finding.line for r in self.related
+        ):
+            self.related.append(finding)
+        return False
+
+    def note(self, line: str) -> None:
+        if len(self.evidence) < MAX_EVIDENCE and line:
+            self.evidence.append(line)
+
+    def summary(self) -> dict[str, Any]:
+        """The per-incident shape of ``classify --json`` and of the API."""
+        p = self.primary
+        return {
+            "id": self.id,
+            "status": self.status,
+            "severity": self.severity,
+            "tier": p.tier,
+            "category": p.category,
+            "stage": p.stage,
+            "confidence": round(p.confidence, 3),
+            "method": p.method,
+            "rule": p.rule,
+            "line": p.line,
+            "template": p.template,
+            "novel": p.novel,
+            "remediation": p.remediation,
+            "explanation": self.explanation,
+            "evidence": list(self.evidence),
+            "related": [
+                {"category": r.category, "rule": r.rule, "role": r.role, "method": r.method,
+                 "stage": r.stage, "line": r.line}
+                for r in self.related
+            ],
+            "restarts": self.restarts,
+            "opened_at": self.opened_at,
+            "resolved_at": self.resolved_at,
+            "resolution": self.resolution,
+            "extra": dict(self.extra),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id, "stream": self.stream, "run": self.run,
+            "primary": self.primary.to_dict(),
+            "related": [r.to_dict() for r in self.related],
+            "status": self.status, "severity": self.severity, "facts": self.facts,
+            "timeline": self.timeline, "evidence": self.evidence, "meta": self.meta,
+            "explanation": self.explanation, "opened_at": self.opened_at,
+            "updated_at": self.updated_at, "resolved_at": self.resolved_at,
+            "resolution": self.resolution, "restarts": self.restarts, "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Incident:
+        d = dict(d)
+        d["primary"] = Finding.from_dict(d["primary"])
+        d["related"] = [Finding.from_dict(r) for r in d.get("related", [])]
+        return cls(**d)

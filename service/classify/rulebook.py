@@ -1,0 +1,109 @@
+"""Every per-line pattern (stages, status markers, facts, signatures) behind ONE literal
+prefilter, so a benign serving line costs a single automaton scan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from service.classify.facts import CudaTable, _norm_cuda, cuda_from_api_version
+from service.classify.rules import (
+    RULES_DIR,
+    Signature,
+    load_fact_rules,
+    load_signatures,
+    load_stage_rules,
+)
+from service.classify.signatures import PatternIndex
+
+# Tags of a pattern in the shared index.
+STAGE, READY, SERVING, RUN_START, SHUTDOWN, FACT, SIG = range(7)
+
+
+@dataclass(slots=True)
+class Hits:
+    """What one message matched."""
+
+    stages: list[str]
+    ready: bool
+    serving: bool
+    run_start: bool
+    shutdown: bool
+    facts: list[tuple[str, str]]
+    signatures: list[tuple[Signature, Any]]
+
+
+_EMPTY = Hits([], False, False, False, False, [], [])
+
+
+class RuleBook:
+    """The loaded rule data of ``rules/``, compiled for the per-line hot path."""
+
+    def __init__(self, rules_dir: Path = RULES_DIR, with_signatures: bool = True) -> None:
+        self.rules_dir = rules_dir
+        self.signatures = load_signatures(rules_dir) if with_signatures else []
+        self.stage_rules = load_stage_rules(rules_dir)
+        self.fact_rules = load_fact_rules(rules_dir)
+        self.cuda = CudaTable(rules_dir)
+        self.frame_stage: dict[str, str] = {}
+        for stage, funcs in self.stage_rules.frames.items():
+            for f in funcs:
+                self.frame_stage[f] = stage
+        self._tags: list[tuple[int, Any]] = []
+        patterns: list[tuple[str, list[str] | None, bool]] = []
+
+        def add(tag: int, value: Any, pattern: str, literals: list[str] | None = None,
+                case_sensitive: bool = False) -> None:
+            self._tags.append((tag, value))
+            patterns.append((pattern, literals, case_sensitive))
+
+        sr = self.stage_rules
+        for stage, pats in sr.stages.items():
+            for p in pats:
+                add(STAGE, stage, p.pattern)
+        for tag, group in ((READY, sr.ready), (SERVING, sr.serving),
+                           (RUN_START, sr.run_start), (SHUTDOWN, sr.shutdown)):
+            for p in group:
+                add(tag, None, p.pattern)
+        for name, pats in self.fact_rules.facts.items():
+            for fp in pats:
+                add(FACT, name, fp.pattern)
+        for sig in self.signatures:
+            add(SIG, sig, sig.pattern, sig.literals, sig.case_sensitive)
+        self._index = PatternIndex(patterns, "rule")
+
+    def scan(self, message: str) -> Hits:
+        found = self._index.search(message)
+        if not found:
+            return _EMPTY
+        hits = Hits([], False, False, False, False, [], [])
+        for idx, m in found:
+            tag, value = self._tags[idx]
+            if tag == SIG:
+                hits.signatures.append((value, m))
+            elif tag == STAGE:
+                hits.stages.append(value)
+            elif tag == FACT:
+                v = m.group(1) if m.groups() else m.group(0)
+                if v:
+                    hits.facts.append((value, _fact_value(value, v.strip())))
+            elif tag == READY:
+                hits.ready = True
+            elif tag == SERVING:
+                hits.serving = True
+            elif tag == RUN_START:
+                hits.run_start = True
+            else:
+                hits.shutdown = True
+        if len(hits.signatures) > 1:
+            hits.signatures.sort(key=lambda h: -h[0].priority)
+        return hits
+
+
+def _fact_value(name: str, value: str) -> str:
+    if name == "driver_cuda" and value.isdigit():
+        return cuda_from_api_version(value)
+    if name == "image_cuda":
+        return _norm_cuda(value)
+    return value

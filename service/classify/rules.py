@@ -1,0 +1,148 @@
+"""Load and validate the rule data under ``rules/`` (signatures, stages, facts, playbook).
+
+Rules are data: operators add a signature without a release. Every file is validated with
+pydantic on load so a typo fails loudly at start-up, not silently at 3 a.m.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.taxonomy import CATEGORY_TIER, STAGES
+
+RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+
+Role = Literal["cause", "symptom", "cascade", "warning"]
+
+
+class Examples(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    match: list[str] = Field(min_length=1)
+    no_match: list[str] = Field(min_length=1)
+
+
+class Signature(BaseModel):
+    """One failure signature, readable by an on-call engineer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    category: str
+    pattern: str
+    description: str
+    remediation: str = ""
+    role: Role = "cause"
+    priority: int = 50  # higher wins when several findings compete for root cause
+    confidence: float = 0.95
+    stage: str | None = None  # the rung this failure belongs to by nature
+    default_stage: str | None = None  # used only when nothing tells the stage
+    category_by_stage: dict[str, str] = Field(default_factory=dict)
+    literals: list[str] | None = None  # prefilter; derived from the pattern when absent
+    case_sensitive: bool = False
+    levels: list[str] | None = None  # match only lines of these levels (or with no level)
+    examples: Examples
+
+    @field_validator("category")
+    @classmethod
+    def _known_category(cls, v: str) -> str:
+        if v not in CATEGORY_TIER:
+            raise ValueError(f"unknown category {v!r}")
+        return v
+
+    @field_validator("stage", "default_stage")
+    @classmethod
+    def _known_stage(cls, v: str | None) -> str | None:
+        if v is not None and v not in STAGES:
+            raise ValueError(f"unknown stage {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _by_stage_ids(self) -> Signature:
+        for stage, cat in self.category_by_stage.items():
+            if stage not in STAGES or cat not in CATEGORY_TIER:
+                raise ValueError(f"{self.id}: bad category_by_stage entry {stage}: {cat}")
+        return self
+
+    @property
+    def tier(self) -> str:
+        return CATEGORY_TIER[self.category]
+
+
+class StagePattern(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pattern: str
+    example: str
+
+
+class StageRules(BaseModel):
+    """``rules/stages.yaml``: families of patterns per stage and per status change."""
+
+    model_config = ConfigDict(extra="forbid")
+    stages: dict[str, list[StagePattern]]
+    frames: dict[str, list[str]]  # traceback function names → stage hint
+    ready: list[StagePattern]
+    serving: list[StagePattern]
+    run_start: list[StagePattern]
+    shutdown: list[StagePattern]
+
+    @model_validator(mode="after")
+    def _stage_ids(self) -> StageRules:
+        for s in list(self.stages) + list(self.frames):
+            if s not in STAGES:
+                raise ValueError(f"unknown stage {s!r} in stages.yaml")
+        return self
+
+
+class FactPattern(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pattern: str  # first capture group (or named group ``value``) is the value
+    example: str
+    expect: str
+
+
+class FactRules(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    facts: dict[str, list[FactPattern]]
+
+
+def _load_yaml(path: Path) -> object:
+    with path.open(encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def load_signatures(rules_dir: Path = RULES_DIR) -> list[Signature]:
+    """All signatures of ``rules/signatures/*.yaml``; ids must be unique."""
+    sigs: list[Signature] = []
+    for path in sorted((rules_dir / "signatures").glob("*.yaml")):
+        data = _load_yaml(path) or {}
+        for raw in data.get("signatures", []):
+            try:
+                sigs.append(Signature.model_validate(raw))
+            except Exception as exc:  # noqa: BLE001 - re-raised with the file name
+                raise ValueError(f"{path.name}: {exc}") from exc
+    ids = [s.id for s in sigs]
+    dupes = {i for i in ids if ids.count(i) > 1}
+    if dupes:
+        raise ValueError(f"duplicate signature ids: {sorted(dupes)}")
+    return sigs
+
+
+def load_stage_rules(rules_dir: Path = RULES_DIR) -> StageRules:
+    return StageRules.model_validate(_load_yaml(rules_dir / "stages.yaml"))
+
+
+def load_fact_rules(rules_dir: Path = RULES_DIR) -> FactRules:
+    return FactRules.model_validate(_load_yaml(rules_dir / "facts.yaml"))
+
+
+def load_playbook(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
+    """``rules/playbook.yaml``: first move, owner and evidence per category."""
+    data = _load_yaml(rules_dir / "playbook.yaml") or {}
+    unknown = set(data.get("categories", {})) - set(CATEGORY_TIER)
+    if unknown:
+        raise ValueError(f"playbook.yaml: unknown categories {sorted(unknown)}")
+    return data  # type: ignore[return-value]

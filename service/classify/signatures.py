@@ -1,0 +1,128 @@
+"""All signatures compiled into one matcher: an Aho-Corasick literal prefilter, then the
+few candidate regexes, each bounded in time so a hostile line cannot stall the process."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from re import _constants as sre_constants  # type: ignore[attr-defined]
+from re import _parser as sre_parse  # type: ignore[attr-defined]
+from typing import Any
+
+import ahocorasick
+import regex
+
+from service.classify.rules import Signature
+
+log = logging.getLogger(__name__)
+
+MATCH_TIMEOUT_S = 0.05
+MIN_LITERAL = 4
+
+
+def derive_literals(pattern: str) -> list[str] | None:
+    """Literal strings of which at least one occurs in every match of ``pattern``.
+
+    Returns ``None`` when no useful literal (≥ 4 chars) can be proven.
+    """
+    try:
+        parsed = sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - regex-only syntax: caller falls back
+        return None
+    return _literals_of(list(parsed))
+
+
+def _literals_of(items: Sequence[Any]) -> list[str] | None:
+    # A single alternation: every branch must yield literals.
+    if len(items) == 1 and items[0][0] is sre_constants.BRANCH:
+        out: list[str] = []
+        for branch in items[0][1][1]:
+            lits = _literals_of(list(branch))
+            if lits is None:
+                return None
+            out.extend(lits)
+        return out
+    best = ""
+    run: list[str] = []
+    for op, av in items:
+        if op is sre_constants.LITERAL:
+            run.append(chr(av))
+            continue
+        if op is sre_constants.SUBPATTERN and not run:
+            sub = _literals_of(list(av[-1]))
+            if sub and len(sub) == 1 and len(sub[0]) > len(best):
+                best = sub[0]
+        if len("".join(run)) > len(best):
+            best = "".join(run)
+        run = []
+    if len("".join(run)) > len(best):
+        best = "".join(run)
+    best = best.strip()
+    return [best] if len(best) >= MIN_LITERAL else None
+
+
+class PatternIndex:
+    """Many regexes behind one Aho-Corasick literal prefilter; benign lines cost one scan."""
+
+    def __init__(self, patterns: Sequence[tuple[str, list[str] | None, bool]], name: str = "") -> None:
+        """``patterns``: (regex, literals or None to derive, case_sensitive)."""
+        self._compiled: list[Any] = []
+        self._always: list[int] = []
+        self._auto = ahocorasick.Automaton()
+        by_literal: dict[str, list[int]] = {}
+        for idx, (pattern, literals, case_sensitive) in enumerate(patterns):
+            flags = 0 if case_sensitive else regex.IGNORECASE
+            self._compiled.append(regex.compile(pattern, flags | regex.VERSION0))
+            lits = literals or derive_literals(pattern)
+            if not lits:
+                log.warning("%s pattern %r has no literal prefilter; it runs on every line",
+                            name, pattern)
+                self._always.append(idx)
+                continue
+            for lit in lits:
+                by_literal.setdefault(lit.lower(), []).append(idx)
+        for lit, idxs in by_literal.items():
+            self._auto.add_word(lit, tuple(idxs))
+        self._has_auto = bool(by_literal)
+        if self._has_auto:
+            self._auto.make_automaton()
+
+    def candidates(self, message: str) -> set[int]:
+        found: set[int] = set(self._always)
+        if self._has_auto:
+            for _end, idxs in self._auto.iter(message.lower()):
+                found.update(idxs)
+        return found
+
+    def search(self, message: str) -> list[tuple[int, Any]]:
+        """(pattern index, match) for every pattern that matches ``message``."""
+        if not message:
+            return []
+        cands = self.candidates(message)
+        if not cands:
+            return []
+        hits: list[tuple[int, Any]] = []
+        for idx in sorted(cands):
+            try:
+                m = self._compiled[idx].search(message, timeout=MATCH_TIMEOUT_S)
+            except TimeoutError:
+                log.warning("pattern %d timed out on a %d-char line", idx, len(message))
+                continue
+            if m is not None:
+                hits.append((idx, m))
+        return hits
+
+
+class SignatureMatcher:
+    """Finds the signatures matching one message, best (highest priority) first."""
+
+    def __init__(self, signatures: Iterable[Signature]) -> None:
+        self.signatures = list(signatures)
+        self._index = PatternIndex(
+            [(s.pattern, s.literals, s.case_sensitive) for s in self.signatures], "signature"
+        )
+
+    def match(self, message: str) -> list[tuple[Signature, Any]]:
+        hits = [(self.signatures[i], m) for i, m in self._index.search(message)]
+        hits.sort(key=lambda h: -h[0].priority)
+        return hits

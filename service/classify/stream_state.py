@@ -1,0 +1,60 @@
+"""Per-stream state: startup stage, timeline, status, facts, open incidents.
+
+Serializable to JSON so the service can snapshot it and a restart (or the next owner of a
+Kafka partition) continues a startup where it was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.classify.incident import Incident
+
+# Stream status.
+STARTING, READY, SERVING, FAILED, STOPPED = "starting", "ready", "serving", "failed", "stopped"
+
+
+@dataclass
+class StreamState:
+    key: str
+    meta: dict[str, Any] = field(default_factory=dict)
+    run: int = 0
+    status: str = STARTING
+    stage: str | None = None
+    timeline: dict[str, Any] = field(default_factory=dict)  # stage → first time (or line no)
+    facts: dict[str, str] = field(default_factory=dict)
+    last_good_facts: dict[str, str] | None = None  # facts of the last run that got ready
+    shutting_down: bool = False
+    seq: int = 0  # lines seen
+    last_time: float | None = None
+    last_line: str = ""
+    last_stage_change: float | None = None
+    frame_hint: dict[str, str] = field(default_factory=dict)  # process → stage of deepest frame
+    incidents: list[Incident] = field(default_factory=list)  # open ones
+    runs_failed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)  # state owned by downstream checks
+
+    def current(self, severity: str = "critical") -> Incident | None:
+        """The open incident of this run (of the given severity), if any."""
+        for inc in self.incidents:
+            if inc.run == self.run and inc.severity == severity and inc.status == "open":
+                return inc
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "meta": self.meta, "run": self.run, "status": self.status,
+            "stage": self.stage, "timeline": self.timeline, "facts": self.facts,
+            "last_good_facts": self.last_good_facts, "shutting_down": self.shutting_down,
+            "seq": self.seq, "last_time": self.last_time, "last_line": self.last_line,
+            "last_stage_change": self.last_stage_change, "frame_hint": self.frame_hint,
+            "incidents": [i.to_dict() for i in self.incidents], "runs_failed": self.runs_failed,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> StreamState:
+        d = dict(d)
+        d["incidents"] = [Incident.from_dict(i) for i in d.get("incidents", [])]
+        return cls(**d)

@@ -1,0 +1,120 @@
+"""``vllm-sentinel`` command line: classify, train, evaluate, serve."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from service.ingest.envelope import Format
+
+_COLOURS = {
+    "compatibility": "\x1b[35m", "integration": "\x1b[33m", "capacity": "\x1b[31m",
+    "other": "\x1b[36m", "none": "\x1b[32m",
+}
+_RESET = "\x1b[0m"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vllm-sentinel", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="log rejects and warnings")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    c = sub.add_parser("classify", help="classify vLLM container logs (files or - for stdin)")
+    c.add_argument("files", nargs="+", metavar="FILE")
+    c.add_argument("--json", action="store_true", help="one JSON object per stream per line")
+    c.add_argument("--format", default="auto", choices=[f.value for f in Format],
+                   help="input envelope (default: detect per line)")
+    c.add_argument("--no-model", action="store_true", help="signatures only")
+    c.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+
+    t = sub.add_parser("train", help="rebuild the text model from training_data/ into models/")
+    t.add_argument("args", nargs=argparse.REMAINDER)
+
+    e = sub.add_parser("evaluate", help="score the classifier on a labelled corpus directory")
+    e.add_argument("directory")
+    e.add_argument("--mode", choices=["hybrid", "signatures", "model", "all"], default="all")
+    e.add_argument("--json", action="store_true")
+
+    s = sub.add_parser("serve", help="run the streaming service")
+    s.add_argument("--config", help="YAML settings file (env SENTINEL_* overrides)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.cmd == "classify":
+        return _classify(args)
+    if args.cmd == "train":
+        from service.classify.training import main as train_main
+
+        return train_main(args.args)
+    if args.cmd == "evaluate":
+        from service.evaluate import main as evaluate_main
+
+        return evaluate_main(args.directory, args.mode, args.json)
+    if args.cmd == "serve":
+        from service.app import serve
+
+        return serve(args.config)
+    return 2
+
+
+def _classify(args: argparse.Namespace) -> int:
+    from service.classify.loader import build_classifier
+    from service.classify.report import classify_records
+    from service.ingest.files import read_files
+
+    clf = build_classifier(use_model=not args.no_model)
+    records = read_files(args.files, fmt=args.format)
+    reports = classify_records(records, clf)
+    colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
+                                        and not os.environ.get("NO_COLOR"))
+    failed = False
+    for rep in reports:
+        failed = failed or any(i["severity"] == "critical" and i["status"] == "open"
+                               for i in rep["incidents"])
+        if args.json:
+            print(json.dumps(rep, ensure_ascii=False, default=str))
+        else:
+            print(_human(rep, colour))
+    return 1 if failed else 0
+
+
+def _human(rep: dict[str, Any], colour: bool) -> str:
+    def c(tier: str, text: str) -> str:
+        return f"{_COLOURS.get(tier, '')}{text}{_RESET}" if colour else text
+
+    out = [f"== {rep['stream']}: {rep['status']} (reached {rep['stage'] or 'nothing'}, "
+           f"{rep['lines']} lines)"]
+    if not rep["incidents"]:
+        out.append("   " + c("none", "healthy: no incident"))
+    for inc in rep["incidents"]:
+        head = f"{inc['tier']}/{inc['category']} at {inc['stage']}"
+        out.append(f" * {c(inc['tier'], head)}  [{inc['severity']}, {inc['status']}, "
+                   f"{inc['method']} {inc['rule'] or ''} {inc['confidence']:.2f}]")
+        out.append(f"   root cause: {inc['line'][:300]}")
+        if inc.get("explanation"):
+            out.append(f"   why: {inc['explanation']}")
+        if inc.get("restarts"):
+            out.append(f"   failed the same way on {inc['restarts']} restart(s)")
+        if inc["remediation"]:
+            out.append(f"   first move: {inc['remediation']}")
+        for r in inc["related"][:5]:
+            out.append(f"   related ({r['role']}): {r['category']}: {r['line'][:160]}")
+    facts = rep["facts"]
+    keys = ("image", "vllm_version", "model", "driver_version", "driver_cuda", "image_cuda",
+            "gpu_model", "tensor_parallel_size", "nccl_version", "node")
+    shown = ", ".join(f"{k}={facts[k]}" for k in keys if k in facts)
+    if shown:
+        out.append(f"   facts: {shown}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

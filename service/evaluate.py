@@ -1,0 +1,122 @@
+"""``vllm-sentinel evaluate DIR``: score the whole classifier on labelled whole logs.
+
+A case is ``<id>.log`` plus ``<id>.json`` (``{"tier","category","stage",...}``), or a
+``labels.jsonl`` with ``{"file": "<id>.log", "tier", "category", "stage"}`` lines.
+Modes: ``signatures`` (no model), ``model`` (no signatures), ``hybrid`` (the product).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sklearn.metrics import f1_score
+
+from service.classify.engine import Classifier
+from service.classify.loader import load_text_model
+from service.classify.report import classify_records
+from service.classify.rulebook import RuleBook
+from service.ingest.files import read_file
+
+MODES = ("signatures", "model", "hybrid")
+
+
+@dataclass
+class Case:
+    id: str
+    path: Path
+    tier: str
+    category: str
+    stage: str | None
+
+
+def load_cases(directory: Path) -> list[Case]:
+    cases: list[Case] = []
+    labels = directory / "labels.jsonl"
+    if labels.is_file():
+        for line in labels.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                d = json.loads(line)
+                p = directory / d["file"]
+                cases.append(Case(p.stem, p, d["tier"], d["category"], d.get("stage")))
+    for side in sorted(directory.glob("*.json")):
+        log = side.with_suffix(".log")
+        if log.is_file():
+            d = json.loads(side.read_text(encoding="utf-8"))
+            cases.append(Case(side.stem, log, d["tier"], d["category"], d.get("stage")))
+    return cases
+
+
+def predict(case: Case, clf: Classifier) -> dict[str, Any]:
+    reports = classify_records(read_file(str(case.path), stream=case.id), clf)
+    rep = reports[0] if reports else {"incidents": [], "stage": None, "status": "starting"}
+    crit = [i for i in rep["incidents"] if i["severity"] == "critical"]
+    if crit:
+        p = crit[0]
+        return {"tier": p["tier"], "category": p["category"], "stage": p["stage"],
+                "line": p["line"], "rule": p["rule"], "method": p["method"]}
+    return {"tier": "none", "category": "healthy", "stage": rep["stage"], "line": "",
+            "rule": None, "method": None}
+
+
+def score(cases: list[Case], preds: list[dict[str, Any]]) -> dict[str, Any]:
+    n = len(cases)
+    tier_ok = sum(c.tier == p["tier"] for c, p in zip(cases, preds, strict=True))
+    staged = [(c, p) for c, p in zip(cases, preds, strict=True) if c.stage]
+    stage_ok = sum(c.stage == p["stage"] for c, p in staged)
+    y_true = [c.category for c in cases]
+    y_pred = [p["category"] for p in preds]
+    labels = sorted(set(y_true))
+    missed = [c.id for c, p in zip(cases, preds, strict=True)
+              if c.category != "healthy" and p["category"] == "healthy"]
+    false_alarms = [c.id for c, p in zip(cases, preds, strict=True)
+                    if c.category == "healthy" and p["category"] != "healthy"]
+    wrong = [
+        {"case": c.id, "expected": f"{c.tier}/{c.category}@{c.stage}",
+         "got": f"{p['tier']}/{p['category']}@{p['stage']}", "line": p["line"][:200]}
+        for c, p in zip(cases, preds, strict=True)
+        if (c.category, c.tier) != (p["category"], p["tier"]) or (c.stage and c.stage != p["stage"])
+    ]
+    return {
+        "cases": n,
+        "tier_accuracy": round(tier_ok / n, 4) if n else 0.0,
+        "category_macro_f1": round(float(f1_score(y_true, y_pred, labels=labels,
+                                                  average="macro", zero_division=0)), 4),
+        "stage_accuracy": round(stage_ok / len(staged), 4) if staged else 0.0,
+        "missed_failures": missed,
+        "false_alarms": false_alarms,
+        "wrong": wrong,
+    }
+
+
+def evaluate(directory: Path, mode: str) -> dict[str, Any]:
+    cases = load_cases(directory)
+    rules = RuleBook(with_signatures=mode != "model")
+    model = load_text_model() if mode in ("model", "hybrid") else None
+    preds = []
+    for case in cases:
+        clf = Classifier(rules, text_model=model)
+        preds.append(predict(case, clf))
+    return score(cases, preds)
+
+
+def main(directory: str, mode: str = "all", as_json: bool = False) -> int:
+    modes = MODES if mode == "all" else (mode,)
+    results = {m: evaluate(Path(directory), m) for m in modes}
+    if as_json:
+        print(json.dumps(results, indent=2))
+        return 0
+    for m, r in results.items():
+        print(f"== {m}: {r['cases']} cases  tier accuracy {r['tier_accuracy']:.3f}  "
+              f"category macro-F1 {r['category_macro_f1']:.3f}  "
+              f"stage accuracy {r['stage_accuracy']:.3f}  missed {len(r['missed_failures'])}  "
+              f"false alarms {len(r['false_alarms'])}")
+        if m == modes[-1] or len(modes) == 1:
+            for w in r["wrong"]:
+                print(f"   {w['case']}: expected {w['expected']} got {w['got']}\n"
+                      f"      {w['line']}")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,272 @@
+"""Parse one physical log line of a vLLM container into its parts.
+
+Tolerant across vLLM eras: ANSI colours (real escapes and caret residue like ``^[[36m``),
+trailing ``\\r`` from the multi-line formatter, outer wrappers (docker compose ``vllm-1  | ``,
+collector/CI timestamps, Slurm ``0: ``, torch ``[rank0]:``, kubectl ``[pod/x/y]``), zero to
+two process prefixes (``(APIServer pid=1) (EngineCore_DP0 pid=68)``,
+``(VllmWorker rank=3 pid=9)``, ``(RayWorkerWrapper pid=4, ip=10.0.0.1)``), the three header
+eras (``file.py:12]``, ``[file.py:12]``, ``[v1/x/y.py:12]``), uvicorn lines, NCCL's own lines,
+torch c10 lines, Python tracebacks and warnings. Severity is reported but never trusted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Line kinds.
+VLLM = "vllm"
+UVICORN = "uvicorn"
+NCCL = "nccl"
+TORCH = "torch"
+TRACEBACK = "traceback"  # "Traceback (most recent call last):"
+FRAME = "frame"  # '  File "x.py", line 3, in f'
+CODE = "code"  # indented source line / caret line inside a traceback
+EXCEPTION = "exception"  # "ValueError: ..."
+CHAIN = "chain"  # "The above exception was the direct cause ..."
+WARNING = "warning"  # "/x.py:3: UserWarning: ..."
+PROCESS = "process"  # "Process EngineCore_DP0:"
+PLAIN = "plain"
+EMPTY = "empty"
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\^\[\[[0-9;]*[A-Za-z]")
+
+# Fast path: optional process prefixes + vLLM header.
+_PREFIX = r"\((?P<proc>[A-Za-z_][\w ]*?(?: (?:TP )?rank=\d+)?) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)]*))?\)\s+"
+_PREFIXES = re.compile(rf"(?:{_PREFIX})+")
+_HEADER = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL) +"
+    r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? +"
+    r"\[?(?P<file>[^\]\s:]+):(?P<lineno>\d+)\]? ?(?P<msg>.*)",
+    re.S,
+)
+_UVICORN = re.compile(r"(?P<level>INFO|WARNING|ERROR|DEBUG|CRITICAL|TRACE):\s+(?P<msg>.*)", re.S)
+_NCCL = re.compile(
+    r"(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>[\w./\-]+:\d+) )?(?:\(\w+\) )?NCCL (?P<level>INFO|WARN|ERROR|TRACE|ABORT) ?(?P<msg>.*)",
+    re.S,
+)
+_TORCH = re.compile(
+    r"\[(?P<level>[EWIF])(?:\d{4} [\d:.]+(?: \d+)?)? ?(?P<src>[\w.]+:\d+)\] ?(?P<msg>.*)", re.S
+)
+_FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<lineno>\d+), in (?P<func>[\w<>.]+)')
+_EXCEPTION = re.compile(
+    r"(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault))"
+    r"(?::\s*(?P<msg>.*))?$",
+    re.S,
+)
+_PYWARNING = re.compile(r"(?P<path>\S+?\.py):(?P<lineno>\d+): (?P<cat>\w*Warning): (?P<msg>.*)", re.S)
+_PROCESS = re.compile(r"Process [\w\-]+:$")
+_CHAINS = (
+    "The above exception was the direct cause",
+    "During handling of the above exception",
+)
+
+# Outer wrappers added by deployments and log viewers (stripped repeatedly, in any order).
+_WRAPPERS = re.compile(
+    r"(?:"
+    r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d|UTC))?\]?[ \t]+"  # ISO ts
+    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-@]+(?:\[\d+\])?: "  # syslog/journald
+    r"|[\w.\-]+(?:[-_]\d+)?[ \t]+\| "  # docker compose "vllm-1  | "
+    r"|\[pod/[^\]]+\] "  # kubectl logs --prefix
+    r"|\d{1,4}: "  # srun --label
+    r")"
+)
+_TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
+_REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
+_RANK_IN_NAME = re.compile(r"(?:rank=|_TP|TP)(\d+)")
+
+_LEVELS = {"WARN": "WARNING", "E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}
+
+
+@dataclass(slots=True)
+class Line:
+    """One parsed physical line. ``message`` is the payload that rules match."""
+
+    text: str
+    message: str
+    kind: str = PLAIN
+    level: str | None = None
+    process: str | None = None
+    pid: int | None = None
+    rank: int | None = None
+    fileinfo: str | None = None
+    func: str | None = None  # traceback frame function
+    exc: str | None = None  # exception type of an EXCEPTION line
+    repeated: int = 1
+
+    @property
+    def proc_key(self) -> str:
+        """Identifies the emitting process within a stream (for joining tracebacks)."""
+        if self.process is None:
+            return f"rank{self.rank}" if self.rank is not None else "-"
+        return f"{self.process}:{self.pid}"
+
+
+def clean(text: str) -> str:
+    """Strip ANSI, trailing CR/LF and tqdm ``\\r`` redraws, keeping the last state."""
+    if "\x1b" in text or "^[[" in text:
+        text = _ANSI.sub("", text)
+    text = text.rstrip("\r\n")
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    return text
+
+
+def parse_line(raw: str) -> Line:
+    """Parse one physical line; never raises."""
+    text = clean(raw)
+    if not text.strip():
+        return Line(text=text, message="", kind=EMPTY)
+
+    # Fast path: vLLM header, optionally behind process prefixes.
+    process = pid = rank = None
+    rest = text
+    if text[0] == "(":
+        m = _PREFIXES.match(text)
+        if m:
+            process, pid = m.group("proc"), int(m.group("pid"))
+            if m.group("ip"):
+                process = f"{process}@{m.group('ip')}"
+            rest = text[m.end():]
+    h = _HEADER.match(rest)
+    if h is None:
+        # Slow path: outer wrappers, then prefixes again.
+        rest, rank, repeated = _strip_wrappers(rest)
+        if process is None and rest[:1] == "(":
+            m = _PREFIXES.match(rest)
+            if m:
+                process, pid = m.group("proc"), int(m.group("pid"))
+                rest = rest[m.end():]
+        h = _HEADER.match(rest)
+    else:
+        repeated = 1
+        if rest.endswith("cluster]"):
+            rest, repeated = _strip_repeated(rest)
+            h = _HEADER.match(rest)
+    if process is not None and rank is None:
+        r = _RANK_IN_NAME.search(process)
+        if r:
+            rank = int(r.group(1))
+    if h is not None:
+        level = h.group("level")
+        line = Line(
+            text=text,
+            message=h.group("msg"),
+            kind=VLLM,
+            level=_LEVELS.get(level, level),
+            process=process,
+            pid=pid,
+            rank=rank,
+            fileinfo=f"{h.group('file')}:{h.group('lineno')}",
+            repeated=repeated,
+        )
+        _refine_payload(line)
+        return line
+    line = Line(text=text, message=rest, process=process, pid=pid, rank=rank, repeated=repeated)
+    _classify_other(line)
+    return line
+
+
+def _strip_repeated(rest: str) -> tuple[str, int]:
+    m = _REPEATED.search(rest)
+    if m:
+        return rest[: m.start()], int(m.group("n"))
+    return rest, 1
+
+
+def _strip_wrappers(rest: str) -> tuple[str, int | None, int]:
+    rank = None
+    repeated = 1
+    if rest.endswith("cluster]"):
+        rest, repeated = _strip_repeated(rest)
+    for _ in range(4):
+        m = _WRAPPERS.match(rest)
+        if m is None:
+            r = _TORCH_RANK.match(rest)
+            if r is None:
+                break
+            rank = int(r.group("rank"))
+            rest = rest[r.end():]
+            continue
+        rest = rest[m.end():]
+    return rest, rank, repeated
+
+
+def _refine_payload(line: Line) -> None:
+    """A logged traceback repeats the vLLM header on every line: classify its payload."""
+    msg = line.message
+    if not msg:
+        return
+    c = msg[0]
+    if c == " " or c == "\t":
+        f = _FRAME.match(msg)
+        if f:
+            line.kind, line.func = FRAME, f.group("func")
+        elif msg.strip():
+            line.kind = CODE
+        return
+    if c == "T" and msg.startswith("Traceback (most recent call last)"):
+        line.kind = TRACEBACK
+        return
+    if c == "^" or c == "~":
+        line.kind = CODE
+        return
+    e = _EXCEPTION.match(msg)
+    if e:
+        line.kind, line.exc = EXCEPTION, e.group("exc")
+
+
+def _classify_other(line: Line) -> None:
+    msg = line.message
+    c = msg[0] if msg else ""
+    if c in " \t":
+        f = _FRAME.match(msg)
+        if f:
+            line.kind, line.func = FRAME, f.group("func")
+        else:
+            line.kind = CODE
+        return
+    if c in "^~":
+        line.kind = CODE
+        return
+    if c == "T" and msg.startswith("Traceback (most recent call last)"):
+        line.kind = TRACEBACK
+        return
+    if c == "[":
+        t = _TORCH.match(msg)
+        if t:
+            line.kind, line.level, line.message = TORCH, _LEVELS[t.group("level")], t.group("msg")
+            line.fileinfo = t.group("src")
+            return
+    if c.isupper():
+        u = _UVICORN.match(msg)
+        if u:
+            line.kind, line.level, line.message = UVICORN, u.group("level"), u.group("msg")
+            return
+    if " NCCL " in msg:
+        n = _NCCL.match(msg)
+        if n:
+            lvl = n.group("level")
+            line.kind, line.message = NCCL, n.group("msg")
+            line.level = {"WARN": "WARNING", "ABORT": "ERROR"}.get(lvl, lvl)
+            line.fileinfo = n.group("src")
+            if line.rank is None:
+                line.rank = int(n.group("dev"))
+            return
+    if ".py:" in msg:
+        w = _PYWARNING.match(msg)
+        if w:
+            line.kind, line.level, line.message = WARNING, "WARNING", f"{w.group('cat')}: {w.group('msg')}"
+            line.exc = w.group("cat")
+            return
+    if msg.startswith(_CHAINS):
+        line.kind = CHAIN
+        return
+    if msg.startswith("Process ") and _PROCESS.match(msg):
+        line.kind = PROCESS
+        return
+    e = _EXCEPTION.match(msg)
+    if e:
+        line.kind, line.exc, line.level = EXCEPTION, e.group("exc"), "ERROR"
