@@ -1,0 +1,598 @@
+"""Forward Protocol v1 server: real fluent-logger client, hand-built frames of every mode,
+ack-after-store, the shared-key handshake, TLS and hostile input."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import os
+import shutil
+import ssl
+import subprocess
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgpack
+import pytest
+from fluent.sender import EventTime as ClientEventTime
+from fluent.sender import FluentSender
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.ingest.forward import ForwardServer, _DropConnection, tls_context
+from service.ingest.msgpack_events import new_unpacker
+from service.records import LogRecord
+from tests.ingest_samples import (
+    CONTAINER_ID,
+    ENGINE_FAILED,
+    KV_CACHE,
+    NCCL_WARN,
+    ROUTES,
+    STARTUP,
+    STREAM,
+    TAG,
+    fluent_bit_record,
+    lines_in,
+    rejects,
+)
+
+T0 = 1785147072
+HOST = "sentinel-test"
+
+
+def event_time(seconds: int, nanos: int) -> msgpack.ExtType:
+    return msgpack.ExtType(0, seconds.to_bytes(4, "big") + nanos.to_bytes(4, "big"))
+
+
+def record(log: str, **extra: Any) -> dict[str, Any]:
+    rec = fluent_bit_record(log=log, **extra)
+    del rec["time"]  # let the Forward event time carry the time
+    return rec
+
+
+def sha512_hex(*parts: bytes) -> str:
+    return hashlib.sha512(b"".join(parts)).hexdigest()
+
+
+class Sink:
+    """Collects batches; optionally waits for a gate or fails, like a real store might."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[LogRecord]] = []
+        self.gate: asyncio.Event | None = None
+        self.fail = False
+
+    @property
+    def records(self) -> list[LogRecord]:
+        return [r for batch in self.batches for r in batch]
+
+    async def __call__(self, records: list[LogRecord]) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail:
+            raise OSError("disk full")
+        self.batches.append(records)
+
+
+class Client:
+    """A bare Forward client speaking msgpack over one connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.unpacker = msgpack.Unpacker(raw=False)
+
+    @classmethod
+    async def connect(cls, server: ForwardServer, tls: ssl.SSLContext | None = None) -> Client:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=tls)
+        return cls(reader, writer)
+
+    async def send(self, obj: Any, *, use_bin_type: bool = True) -> None:
+        self.writer.write(msgpack.packb(obj, use_bin_type=use_bin_type))
+        await self.writer.drain()
+
+    async def send_raw(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def receive(self, timeout: float = 3.0) -> Any:
+        while True:
+            for obj in self.unpacker:
+                return obj
+            data = await asyncio.wait_for(self.reader.read(65536), timeout)
+            if not data:
+                raise EOFError("server closed the connection")
+            self.unpacker.feed(data)
+
+    async def closed_by_server(self, timeout: float = 3.0) -> bool:
+        try:
+            return await asyncio.wait_for(self.reader.read(65536), timeout) == b""
+        except ConnectionError:
+            return True
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+
+async def until(check: Callable[[], bool], timeout: float = 3.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+def serve(test: Callable[[ForwardServer, Sink], Awaitable[Any]], **options: Any) -> Any:
+    async def main() -> Any:
+        sink = Sink()
+        server = ForwardServer(sink, port=0, self_hostname=HOST, **options)
+        await server.start()
+        try:
+            return await test(server, sink)
+        finally:
+            await server.stop()
+
+    return asyncio.run(main())
+
+
+# --- real client ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("nanosecond_precision", "sent", "expected"),
+    [(False, T0, float(T0)), (True, T0 + 0.123456, T0 + 0.123456)],
+)
+def test_fluent_logger_client(nanosecond_precision, sent, expected):
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        def emit() -> None:
+            sender = FluentSender(
+                TAG, host="127.0.0.1", port=server.port, nanosecond_precision=nanosecond_precision
+            )
+            try:
+                assert sender.emit_with_time(None, sent, record(ENGINE_FAILED)), sender.last_error
+                assert sender.emit_with_time(None, sent, record(KV_CACHE + "\n", stream="stdout"))
+            finally:
+                sender.close()
+
+        await asyncio.to_thread(emit)
+        await until(lambda: len(sink.records) == 2)
+        first, second = sink.records
+        assert (first.stream, first.text) == (STREAM, ENGINE_FAILED)
+        assert first.time == pytest.approx(expected, abs=1e-6)
+        assert first.meta["tag"] == TAG and first.meta["fd"] == "stderr"
+        assert first.meta["container_id"] == CONTAINER_ID
+        assert (second.text, second.meta["fd"]) == (KV_CACHE, "stdout")
+
+    serve(test)
+
+
+def test_fluent_logger_event_time_is_msgpack_ext_type_0():
+    # Guards the test above: with nanosecond_precision the client really sends ext type 0.
+    packed = msgpack.packb(ClientEventTime(T0 + 0.5))
+    assert packed[:2] == b"\xd7\x00"  # fixext 8, type 0
+
+
+# --- modes ---------------------------------------------------------------------------------
+
+
+def test_forward_mode_with_chunk_is_acked_after_the_batch_is_stored():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server)
+        entries = [[event_time(T0, 1), record(ROUTES)], [T0 + 1, record(STARTUP)]]
+        await client.send([TAG, entries, {"chunk": "p8n9gmxTQVC8/nh2wlKKeQ==", "size": 2}])
+        assert await client.receive() == {"ack": "p8n9gmxTQVC8/nh2wlKKeQ=="}
+        assert [r.text for r in sink.records] == [ROUTES, STARTUP]
+        assert sink.records[0].time == pytest.approx(T0 + 1e-9)
+        assert sink.records[1].time == T0 + 1
+        await client.close()
+
+    serve(test)
+
+
+def test_no_ack_before_the_sink_returns():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        sink.gate = asyncio.Event()
+        client = await Client.connect(server)
+        await client.send([TAG, T0, record(ROUTES), {"chunk": "c1"}])  # Message mode + option
+        with pytest.raises(TimeoutError):
+            await client.receive(timeout=0.3)
+        assert sink.records == []
+        sink.gate.set()
+        assert await client.receive() == {"ack": "c1"}
+        assert [r.text for r in sink.records] == [ROUTES]
+        await client.close()
+
+    serve(test)
+
+
+def test_failed_sink_means_no_ack_and_a_closed_connection():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        sink.fail = True
+        client = await Client.connect(server)
+        await client.send([TAG, [[T0, record(ROUTES)]], {"chunk": "c2"}])
+        assert await client.closed_by_server()
+        sink.fail = False
+        retry = await Client.connect(server)  # the client retries the same chunk
+        await retry.send([TAG, [[T0, record(ROUTES)]], {"chunk": "c2"}])
+        assert await retry.receive() == {"ack": "c2"}
+        await retry.close()
+
+    serve(test)
+
+
+@pytest.mark.parametrize("blob_type", ["bin", "str"])
+def test_packed_forward(blob_type):
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        blob = b"".join(
+            msgpack.packb([event_time(T0, 500_000_000 + i), record(line)])
+            for i, line in enumerate([ROUTES, NCCL_WARN, ENGINE_FAILED])
+        )
+        client = await Client.connect(server)
+        # str blobs hold arbitrary bytes (EventTime payloads are not UTF-8): packed as raw str
+        await client.send([TAG, blob, {"size": 3, "chunk": "pf"}], use_bin_type=blob_type == "bin")
+        assert await client.receive() == {"ack": "pf"}
+        assert [r.text for r in sink.records] == [ROUTES, NCCL_WARN, ENGINE_FAILED]
+        assert sink.records[2].time == pytest.approx(T0 + 0.500000002)
+        await client.close()
+
+    serve(test)
+
+
+def test_compressed_packed_forward_with_several_gzip_members():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        first = msgpack.packb([T0, record(ROUTES)]) + msgpack.packb([T0, record(STARTUP)])
+        second = msgpack.packb([[event_time(T0, 7), {}], record(KV_CACHE)])  # Fluent Bit v2 entry
+        blob = gzip.compress(first) + gzip.compress(second)
+        client = await Client.connect(server)
+        await client.send([TAG, blob, {"compressed": "gzip", "size": 3, "chunk": "z"}])
+        assert await client.receive() == {"ack": "z"}
+        assert [r.text for r in sink.records] == [ROUTES, STARTUP, KV_CACHE]
+        assert sink.records[2].time == pytest.approx(T0 + 7e-9)
+        await client.close()
+
+    serve(test)
+
+
+def test_corrupt_gzip_is_counted_and_still_acked():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        before = rejects("forward", "bad_gzip")
+        client = await Client.connect(server)
+        blob = gzip.compress(msgpack.packb([T0, record(ROUTES)]))[:-8]
+        await client.send([TAG, blob, {"compressed": "gzip", "chunk": "bad"}])
+        assert await client.receive() == {"ack": "bad"}  # retrying would not fix it
+        assert sink.records == [] and rejects("forward", "bad_gzip") == before + 1
+        await client.close()
+
+    serve(test)
+
+
+def test_heartbeat_and_non_log_signals():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        before = rejects("forward", "not_logs")
+        client = await Client.connect(server)
+        await client.send(None)
+        await client.send([TAG, [[T0, {"cpu": 1.0}]], {"fluent_signal": 1, "chunk": "m"}])
+        assert await client.receive() == {"ack": "m"}
+        await client.send([TAG, [[T0, record(ROUTES)]], {"fluent_signal": 0, "chunk": "l"}])
+        assert await client.receive() == {"ack": "l"}
+        assert [r.text for r in sink.records] == [ROUTES]
+        assert rejects("forward", "not_logs") == before + 1
+        await client.close()
+
+    serve(test)
+
+
+def test_unknown_shapes_are_skipped_and_the_connection_goes_on():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        bad_message, bad_entry = rejects("forward", "bad_message"), rejects("forward", "bad_entry")
+        client = await Client.connect(server)
+        await client.send([TAG, 42])  # too short for Message mode
+        await client.send({"not": "an array"})
+        await client.send([TAG, [[T0, "not a record"], [T0, record(ROUTES)], "junk"]])
+        await client.send([TAG, T0, record(STARTUP), {"chunk": "after"}])
+        assert await client.receive() == {"ack": "after"}
+        assert [r.text for r in sink.records] == [ROUTES, STARTUP]
+        assert rejects("forward", "bad_message") == bad_message + 2
+        assert rejects("forward", "bad_entry") == bad_entry + 2
+        await client.close()
+
+    serve(test)
+
+
+def test_cri_chunks_are_joined_across_messages_and_flushed_on_stop():
+    async def main() -> list[LogRecord]:
+        sink = Sink()
+        server = ForwardServer(sink, port=0)
+        await server.start()
+        client = await Client.connect(server)
+        chunk = {"time": "2026-07-27T10:11:12.1Z", "stream": "stdout", "_p": "P"}
+        await client.send([TAG, T0, {**chunk, "log": "a" * 100}])
+        await client.send([TAG, T0, {**chunk, "log": "b" * 100, "_p": "F"}])
+        await client.send([TAG, T0, {**chunk, "log": "never finished"}, {"chunk": "x"}])
+        assert await client.receive() == {"ack": "x"}
+        await client.close()
+        assert [r.text for r in sink.records] == ["a" * 100 + "b" * 100]
+        await server.stop()
+        return sink.records
+
+    records = asyncio.run(main())
+    assert [r.text for r in records][-1] == "never finished"
+
+
+def test_lines_in_counts_records_passed_to_the_sink():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        before = lines_in("forward")
+        client = await Client.connect(server)
+        await client.send([TAG, [[T0, record(f"{ROUTES}\n{STARTUP}\n")]], {"chunk": "n"}])
+        assert await client.receive() == {"ack": "n"}
+        assert lines_in("forward") == before + 2
+
+    serve(test)
+
+
+# --- hostile input -------------------------------------------------------------------------
+
+
+def test_malformed_msgpack_drops_the_connection_not_the_server():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        before = rejects("forward", "bad_msgpack")
+        client = await Client.connect(server)
+        await client.send([TAG, T0, record(ROUTES), {"chunk": "ok"}])
+        assert await client.receive() == {"ack": "ok"}
+        await client.send_raw(b"\xc1\x92\xa3abc")  # 0xc1 is never used in msgpack
+        assert await client.closed_by_server()
+        assert rejects("forward", "bad_msgpack") == before + 1
+        again = await Client.connect(server)
+        await again.send([TAG, T0, record(STARTUP), {"chunk": "again"}])
+        assert await again.receive() == {"ack": "again"}
+        assert [r.text for r in sink.records] == [ROUTES, STARTUP]
+        await again.close()
+
+    serve(test)
+
+
+def test_oversize_frame_drops_the_connection():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        before = rejects("forward", "oversize")
+        client = await Client.connect(server)
+        await client.send_raw(msgpack.packb([TAG, T0, record("x" * 20_000)]))
+        assert await client.closed_by_server()
+        assert rejects("forward", "oversize") == before + 1 and sink.records == []
+        again = await Client.connect(server)
+        await again.send([TAG, T0, record(ROUTES), {"chunk": "small"}])
+        assert await again.receive() == {"ack": "small"}
+        await again.close()
+
+    serve(test, max_message_bytes=4096)
+
+
+def test_huge_container_header_is_refused_before_allocation():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server)
+        await client.send_raw(b"\xdd\xff\xff\xff\xff")  # array32 claiming 4 billion items
+        assert await client.closed_by_server()
+
+    serve(test)
+
+
+def test_truncated_frame_then_disconnect_yields_nothing():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server)
+        await client.send_raw(msgpack.packb([TAG, T0, record(ROUTES)])[:-5])
+        await client.close()
+        await asyncio.sleep(0.1)
+        assert sink.records == []
+
+    serve(test)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=2000))
+def test_any_bytes_fed_to_a_connection_never_raise(data):
+    server = ForwardServer(Sink(), max_message_bytes=1024)
+    unpacker = new_unpacker(server.max_message_bytes)
+    try:
+        server._feed(unpacker, data)
+    except _DropConnection:
+        return
+    records, acks, _healthy = server._drain(unpacker)
+    for rec in records:
+        rec.text.encode("utf-8")
+
+
+msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=30)
+    | st.binary(max_size=30)
+    | st.builds(event_time, st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "log",
+                    "message",
+                    "time",
+                    "stream",
+                    "_p",
+                    "kubernetes",
+                    "chunk",
+                    "compressed",
+                    "fluent_signal",
+                    "size",
+                ]
+            ),
+            children,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(msgpack_values, max_size=4), st.sampled_from([TAG, "", "x"]))
+def test_any_well_formed_message_never_raises(body, tag):
+    server = ForwardServer(Sink())
+    unpacker = new_unpacker(server.max_message_bytes)
+    for message in ([tag, *body], body):
+        server._feed(unpacker, msgpack.packb(message))
+        records, _acks, healthy = server._drain(unpacker)
+        assert healthy
+        for rec in records:
+            rec.text.encode("utf-8")
+
+
+def test_junk_over_the_wire_leaves_the_server_serving():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        for _ in range(20):
+            client = await Client.connect(server)
+            await client.send_raw(os.urandom(3000))
+            await client.close()
+        client = await Client.connect(server)
+        await client.send([TAG, T0, record(ROUTES), {"chunk": "alive"}])
+        assert await client.receive() == {"ack": "alive"}
+        await client.close()
+
+    serve(test, max_message_bytes=1 << 16)
+
+
+# --- shared-key handshake ------------------------------------------------------------------
+
+
+async def handshake(
+    client: Client,
+    key: str,
+    *,
+    username: str = "",
+    password: str = "",
+    hostname: str = "fluent-bit-node-7",
+) -> list[Any]:
+    helo = await client.receive()
+    assert helo[0] == "HELO"
+    nonce = helo[1]["nonce"]
+    auth_salt = helo[1]["auth"]
+    salt = os.urandom(16)  # Fluent Bit packs its random salt as a str: arbitrary bytes
+    digest = sha512_hex(salt, hostname.encode(), nonce, key.encode())
+    password_digest = (
+        sha512_hex(auth_salt, username.encode(), password.encode()) if auth_salt else ""
+    )
+    ping = [
+        "PING",
+        hostname.encode(),
+        salt,
+        digest.encode(),
+        username.encode(),
+        password_digest.encode(),
+    ]
+    await client.send(ping, use_bin_type=False)  # bytes go out as msgpack str, like Fluent Bit
+    pong = await client.receive()
+    if pong[1]:
+        assert pong[3] == HOST
+        assert pong[4] == sha512_hex(salt, HOST.encode(), nonce, key.encode())
+    return pong
+
+
+def test_shared_key_handshake_then_data():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server)
+        helo = await client.receive()
+        assert helo[0] == "HELO" and len(helo[1]["nonce"]) == 16
+        assert helo[1]["auth"] == b"" and helo[1]["keepalive"] is True
+        client.unpacker.feed(msgpack.packb(helo))  # replay it for the helper
+        pong = await handshake(client, "s3cr3t-shared")
+        assert pong[:3] == ["PONG", True, ""]
+        await client.send([TAG, [[T0, record(ROUTES)]], {"chunk": "after-auth"}])
+        assert await client.receive() == {"ack": "after-auth"}
+        assert [r.text for r in sink.records] == [ROUTES]
+        await client.close()
+
+    serve(test, shared_key="s3cr3t-shared")
+
+
+def test_wrong_shared_key_is_refused():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        before = rejects("forward", "auth_failed")
+        client = await Client.connect(server)
+        pong = await handshake(client, "guessed")
+        assert pong == ["PONG", False, "shared_key mismatch", "", ""]
+        await client.send_raw(msgpack.packb([TAG, T0, record(ROUTES)]))
+        assert await client.closed_by_server()
+        assert sink.records == [] and rejects("forward", "auth_failed") == before + 1
+
+    serve(test, shared_key="s3cr3t-shared")
+
+
+def test_data_instead_of_ping_is_refused():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server)
+        assert (await client.receive())[0] == "HELO"
+        await client.send([TAG, T0, record(ROUTES)])
+        assert await client.receive() == ["PONG", False, "invalid ping message", "", ""]
+        assert await client.closed_by_server() and sink.records == []
+
+    serve(test, shared_key="k")
+
+
+@pytest.mark.parametrize(("password", "ok"), [("fluent-pass", True), ("nope", False)])
+def test_username_password_auth(password, ok):
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server)
+        pong = await handshake(client, "k", username="fluentbit", password=password)
+        assert pong[1] is ok
+        if not ok:
+            assert pong[2] == "username/password mismatch"
+            return
+        await client.send([TAG, T0, record(ROUTES), {"chunk": "u"}])
+        assert await client.receive() == {"ack": "u"}
+        await client.close()
+
+    serve(test, shared_key="k", users={"fluentbit": "fluent-pass"})
+
+
+# --- TLS -----------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl CLI")
+def test_tls_transport(tmp_path):
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    client_tls = ssl.create_default_context(cafile=str(cert))
+
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server, tls=client_tls)
+        pong = await handshake(client, "tls-key")
+        assert pong[1] is True
+        await client.send([TAG, [[T0, record(ROUTES)]], {"chunk": "tls"}])
+        assert await client.receive() == {"ack": "tls"}
+        assert [r.text for r in sink.records] == [ROUTES]
+        await client.close()
+
+    serve(test, shared_key="tls-key", tls=tls_context(str(cert), str(key)))
