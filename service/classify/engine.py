@@ -65,6 +65,8 @@ class Classifier:
         self.novelty = novelty
         self.state_loader = state_loader
         self.streams: dict[str, StreamState] = {}
+        # finding whose stage later traceback frames of the same process may still refine
+        self._refine: dict[tuple[str, str], tuple[Finding, Incident | None]] = {}
         self.lines = 0
         self.model_calls = 0
         self.disagreements = 0
@@ -107,11 +109,12 @@ class Classifier:
         if kind == L.FRAME:
             hint = self.rules.frame_stage.get(line.func or "")
             if hint:
-                prev = st.frame_hint.get(line.proc_key)
-                st.frame_hint[line.proc_key] = later_stage(prev, hint) or hint
+                self._frame_hint(st, line.proc_key, hint, changes)
             self._note(st, line, changes)
             return changes
         if kind in (L.CODE, L.CHAIN, L.PROCESS):
+            if kind == L.CHAIN:
+                self._refine.pop((st.key, line.proc_key), None)
             self._note(st, line, changes)
             return changes
         if kind == L.TRACEBACK:
@@ -144,7 +147,8 @@ class Classifier:
 
         finding = self._finding(st, line, hits.signatures, time)
         if finding is not None:
-            self._attach(st, finding, changes)
+            inc = self._attach(st, finding, changes)
+            self._refine[(st.key, line.proc_key)] = (finding, inc)
         else:
             self._note(st, line, changes)
         return changes
@@ -208,7 +212,7 @@ class Classifier:
             sig = sigs[0][0]
             if st.shutting_down and sig.role in ("cascade", "symptom"):
                 return None
-            stage = self._stage_for(st, sig.stage, sig.default_stage, hint)
+            stage, source = self._stage_for(st, sig.category, sig.stage, sig.default_stage, hint)
             category = sig.category_by_stage.get(stage, sig.category)
             if self.model is not None and sig.role == "cause" and self._error_like(line):
                 self._check_disagreement(line, category)
@@ -217,6 +221,7 @@ class Classifier:
                 confidence=sig.confidence, method="signature", rule=sig.id, line=line.text,
                 role=sig.role, priority=sig.priority, seq=st.seq, time=time,
                 process=line.process, remediation=sig.remediation or self._first_move(category),
+                stage_source=source,
             )
         strength = self._error_like(line)
         if strength is None or st.shutting_down:
@@ -229,23 +234,25 @@ class Classifier:
             template = getattr(pred, "template", None) or template
             cat = pred.category
             if cat not in ("healthy", "unknown"):
-                stage = self._stage_for(st, None, None, hint)
+                stage, source = self._stage_for(st, cat, None, None, hint)
                 return Finding(
                     tier=tier_of(cat), category=cat, stage=stage,
                     confidence=float(pred.probability), method="model", rule=None,
                     line=line.text, role="symptom", priority=MODEL_PRIORITY, seq=st.seq,
                     time=time, process=line.process, remediation=self._first_move(cat),
-                    template=template, novel=novel,
+                    template=template, novel=novel, stage_source=source,
                 )
             if cat == "healthy":
                 return None
         if strength != "exception":
             return None
+        stage, source = self._stage_for(st, "unknown", None, None, hint)
         return Finding(
-            tier="other", category="unknown", stage=self._stage_for(st, None, None, hint),
+            tier="other", category="unknown", stage=stage,
             confidence=0.3, method="heuristic", rule=None, line=line.text, role="symptom",
             priority=UNKNOWN_PRIORITY, seq=st.seq, time=time, process=line.process,
             remediation=self._first_move("unknown"), template=template, novel=novel,
+            stage_source=source,
         )
 
     @staticmethod
@@ -269,20 +276,61 @@ class Classifier:
 
             DISAGREEMENTS.inc()
 
-    @staticmethod
-    def _stage_for(st: StreamState, fixed: str | None, default: str | None,
-                   hint: str | None) -> str:
+    def _stage_for(self, st: StreamState, category: str, fixed: str | None,
+                   default: str | None, hint: str | None) -> tuple[str, str]:
+        """(stage, how it was decided): the rule's rung, else the later of the stage the
+        stream reached and the traceback's hint, else a per-category default."""
         if fixed:
-            return fixed
-        stage = later_stage(st.stage, hint)
-        return stage or default or "container"
+            return fixed, "rule"
+        if st.stage and hint:
+            stage = later_stage(st.stage, hint) or hint
+            return stage, "frames" if stage == hint else "tracker"
+        if hint:
+            return hint, "frames"
+        if st.stage:
+            return st.stage, "tracker"
+        return (default or self.rules.stage_rules.default_stage.get(category)
+                or "distributed_init"), "default"
+
+    def _frame_hint(self, st: StreamState, proc: str, hint: str,
+                    changes: list[Change]) -> None:
+        """Deepest specific frame wins; ``serving`` loops only when nothing else hints."""
+        cur = st.frame_hint.get(proc)
+        if hint != "serving" or cur is None:
+            st.frame_hint[proc] = hint
+        pending = self._refine.get((st.key, proc))
+        if pending is None:
+            return
+        f, inc = pending
+        new = st.frame_hint[proc]
+        if f.stage_source == "default":
+            stage = new
+        elif f.stage_source in ("tracker", "frames"):
+            stage = later_stage(f.stage, new) or new
+        else:
+            return
+        if stage == f.stage:
+            return
+        f.stage, f.stage_source = stage, "frames"
+        sig = self.rules.signature(f.rule) if f.rule else None
+        category = sig.category_by_stage.get(stage, sig.category) if sig else f.category
+        if inc is not None and inc.primary is f and inc.status == "open":
+            if category != f.category:
+                f.category, f.tier = category, tier_of(category)
+                f.remediation = (sig.remediation if sig and sig.remediation
+                                 else self._first_move(category))
+                changes.append(Change("updated", inc))
+            else:
+                changes.append(Change("evidence", inc))
+        else:
+            f.category, f.tier = category, tier_of(category)
 
     def _first_move(self, category: str) -> str:
         entry = self.playbook.get("categories", {}).get(category) or {}
         return " ".join(str(entry.get("first_move", "")).split())
 
     # ---- incidents -----------------------------------------------------------------
-    def _attach(self, st: StreamState, f: Finding, changes: list[Change]) -> None:
+    def _attach(self, st: StreamState, f: Finding, changes: list[Change]) -> Incident | None:
         severity = "warning" if f.role == "warning" else "critical"
         inc = st.current(severity)
         if inc is None:
@@ -299,7 +347,7 @@ class Classifier:
                 changes.append(Change("updated", same))
                 if f.role != "cascade":
                     st.status = FAILED
-                return
+                return same
             inc = Incident(
                 id=Incident.make_id(st.key, st.run, f.seq, f.line), stream=st.key, run=st.run,
                 primary=f, severity=severity, meta=dict(st.meta), opened_at=f.time,
@@ -312,7 +360,7 @@ class Classifier:
                 st.status = FAILED
                 st.runs_failed += 1
             changes.append(Change("opened", inc))
-            return
+            return inc
         inc.note(f.line)
         inc.updated_at = f.time
         if inc.add(f):
@@ -320,6 +368,7 @@ class Classifier:
             changes.append(Change("updated", inc))
         else:
             changes.append(Change("evidence", inc))
+        return inc
 
     def _refresh(self, st: StreamState, inc: Incident) -> None:
         inc.facts = dict(st.facts)

@@ -29,6 +29,7 @@ class Finding:
     remediation: str = ""
     template: str | None = None
     novel: bool = False
+    stage_source: str = "tracker"  # rule | tracker | frames | default
 
     def beats(self, other: Finding) -> bool:
         """Whether this (later) finding should replace ``other`` as the root cause."""

@@ -72,6 +72,10 @@ class RuleBook:
         for sig in self.signatures:
             add(SIG, sig, sig.pattern, sig.literals, sig.case_sensitive)
         self._index = PatternIndex(patterns, "rule")
+        self._by_id = {s.id: s for s in self.signatures}
+
+    def signature(self, rule_id: str) -> Signature | None:
+        return self._by_id.get(rule_id)
 
     def scan(self, message: str) -> Hits:
         found = self._index.search(message)

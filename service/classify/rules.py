@@ -88,10 +88,11 @@ class StageRules(BaseModel):
     serving: list[StagePattern]
     run_start: list[StagePattern]
     shutdown: list[StagePattern]
+    default_stage: dict[str, str] = Field(default_factory=dict)  # category → stage
 
     @model_validator(mode="after")
     def _stage_ids(self) -> StageRules:
-        for s in list(self.stages) + list(self.frames):
+        for s in list(self.stages) + list(self.frames) + list(self.default_stage.values()):
             if s not in STAGES:
                 raise ValueError(f"unknown stage {s!r} in stages.yaml")
         return self

@@ -29,7 +29,11 @@ PROCESS = "process"  # "Process EngineCore_DP0:"
 PLAIN = "plain"
 EMPTY = "empty"
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\^\[\[[0-9;]*[A-Za-z]")
+_ANSI = re.compile(
+    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][AB0-2]|\^\[\[[0-9;]*[A-Za-z]|#033\[[0-9;]*[A-Za-z]"
+    r"|(?<![\w\]])\[[0-9]{1,3}(?:;[0-9]{1,3})*m(?=[\s(\[]|$)"  # residue whose ESC was lost
+)
+_ANSI_HINT = re.compile(r"\x1b|\^\[\[|#033\[|\[\d{1,3}(?:;\d{1,3})*m")
 
 # Fast path: optional process prefixes + vLLM header.
 _PREFIX = r"\((?P<proc>[A-Za-z_][\w ]*?(?: (?:TP )?rank=\d+)?) pid=(?P<pid>\d+)(?:, ip=(?P<ip>[^)]*))?\)\s+"
@@ -105,7 +109,7 @@ class Line:
 
 def clean(text: str) -> str:
     """Strip ANSI, trailing CR/LF and tqdm ``\\r`` redraws, keeping the last state."""
-    if "\x1b" in text or "^[[" in text:
+    if _ANSI_HINT.search(text):
         text = _ANSI.sub("", text)
     text = text.rstrip("\r\n")
     if "\r" in text:
@@ -123,6 +127,8 @@ def parse_line(raw: str) -> Line:
     # Fast path: vLLM header, optionally behind process prefixes.
     process = pid = rank = None
     rest = text
+    if text[0] == " " and text.lstrip()[:1] == "(":
+        rest = text = text.lstrip()
     if text[0] == "(":
         m = _PREFIXES.match(text)
         if m:
@@ -249,7 +255,7 @@ def _classify_other(line: Line) -> None:
         n = _NCCL.match(msg)
         if n:
             lvl = n.group("level")
-            line.kind, line.message = NCCL, n.group("msg")
+            line.kind, line.message = NCCL, f"NCCL {lvl} {n.group('msg')}"
             line.level = {"WARN": "WARNING", "ABORT": "ERROR"}.get(lvl, lvl)
             line.fileinfo = n.group("src")
             if line.rank is None:
