@@ -30,6 +30,7 @@ from service import metrics
 from service.ingest.compression import GZIP_MAGIC, gunzip
 from service.ingest.envelope import (
     MAX_LINE,
+    clean_text,
     decode_bytes,
     decode_record,
     decode_text,
@@ -166,8 +167,9 @@ def _event(
     obj: Any, tag: str | None, stream: str, source: str, max_line: int, out: list[LogRecord]
 ) -> int:
     """Append the records of one event; return 1 if it was rejected, else 0."""
-    if type(obj) is str:
-        out.extend(decode_text(obj, stream, source=source, max_line=max_line))
+    if type(obj) is str:  # a bare line
+        text = obj if obj.isascii() else clean_text(obj, source)
+        out.extend(decode_text(text, stream, source=source, max_line=max_line))
         return 0
     event = split_event(obj)
     if event is None:
