@@ -104,9 +104,10 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "configuration -> cuda_init (corpus convention for argument errors)."),
     "bad-unknown-cli-flag": (
         "other", "config_error", "cuda_init",
-        "`--kv-cache-size 1G` (no such option): argparse prints `usage: vllm serve "
-        "[model_tag] [options]` and `vllm serve: error: unrecognized arguments: ...` on "
-        "stderr, exit 2; no vLLM-format line at all. Stage cuda_init by the corpus "
+        "`--kv-cache-size 1G` (no such option): the top-level argparse prints `usage: vllm "
+        "[-h] [-v]` + the sub-command list and `vllm: error: unrecognized arguments: "
+        "--kv-cache-size 1G` on stderr, exit 2; 5 lines, no vLLM-format line at all (only "
+        "the unprefixed Triton notice). Stage cuda_init by the corpus "
         "convention for CLI-parse errors."),
     "bad-dtype": (
         "other", "config_error", "cuda_init",
@@ -137,8 +138,13 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "integration", "backend_kernel", "serving",
         "Model with head dim 16 (hidden 64, 4 heads). Startup completes (warm-up does not hit "
         "the CPU attention kernel), the first chat request dies in the CPU attention kernel: "
-        "`RuntimeError: Unsupported CPU attention configuration: head_dim=16 ...`, "
-        "EngineCore fatal error, EngineDeadError, HTTP 500, API server shuts down. Judged "
+        "(Worker) ERROR `WorkerProc hit an exception.` traceback (printed twice, through "
+        "gpu_worker.py/gpu_model_runner.py even on CPU, then cpu_attn.py) ending in "
+        "`RuntimeError: Unsupported CPU attention configuration: head_dim=16 isa=2 "
+        "kv_cache_idx=0`; then EngineCore `EngineCore encountered a fatal error.` ending in "
+        "`RuntimeError: Worker failed with error 'Unsupported CPU attention configuration: "
+        "...', please check the stack trace above for the root cause`, APIServer "
+        "EngineDeadError, HTTP 500, the API server shuts itself down (exit 0). Judged "
         "integration/backend_kernel: an attention backend kernel rejects the model's shape "
         "after initialisation succeeded (the GPU analogue is a FlashInfer/FlashAttention "
         "head-size refusal). Arguably other/config_error (wrong model for this platform); "

@@ -190,7 +190,7 @@ def drive_kill_while_serving(needle: str, n_before: int = 2):
             chat(q, max_tokens=900, ignore_eos=True))) for q in QUESTIONS[2:5]]
         for t in threads:
             t.start()
-        time.sleep(3)  # three long generations are in flight now
+        time.sleep(1)  # three long generations are in flight now
         if victim:
             cap.note(f"kill -9 {victim} ({needle})")
             os.kill(victim, signal.SIGKILL)
@@ -344,10 +344,75 @@ SCENARIOS: dict[str, dict] = {
 }
 
 
+def hold_port(port: int = PORT):
+    """Occupy the API port with an unrelated listener (another server in the pod/host)."""
+    def start():
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("0.0.0.0", port))
+        srv.listen(8)
+        return srv.close
+    return start
+
+
+def rlimit_as(gib: float):
+    def pre():
+        import resource
+        n = int(gib * 1024 ** 3)
+        resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    return pre
+
+
+def tiny_shm(size: str, cmd: list[str]) -> list[str]:
+    """Run ``cmd`` in a private mount namespace with a small tmpfs on /dev/shm (as with
+    Docker's default --shm-size=64m, only smaller). Needs CAP_SYS_ADMIN."""
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" "$@"', *cmd]
+
+
+EXTRA: dict[str, dict] = {
+    "port-in-use": dict(
+        cmd=serve(M, "--max-model-len", "1024"),
+        env={},
+        pre=hold_port(PORT),
+        drive=drive_exit,
+        what="another process already listens on 0.0.0.0:8000"),
+    "trust-remote-code-required": dict(
+        cmd=serve(str(MODELS / "tiny-remote-code"), "--max-model-len", "1024"),
+        env={},
+        drive=drive_exit,
+        what="model whose config.json has an auto_map to custom code, without "
+             "--trust-remote-code"),
+    "tokenizer-missing": dict(
+        cmd=serve(str(MODELS / "tiny-llama-notok"), "--max-model-len", "1024"),
+        env={},
+        drive=drive_exit,
+        what="local model directory without any tokenizer files"),
+    "kv-cache-space-exceeds-ram": dict(
+        cmd=serve(M, "--max-model-len", "1024"),
+        env={"VLLM_CPU_KVCACHE_SPACE": "64"},
+        drive=drive_exit,
+        what="VLLM_CPU_KVCACHE_SPACE=64 on a machine with ~22 GiB available"),
+    "dev-shm-too-small": dict(
+        cmd=tiny_shm("256k", serve(M, "--max-model-len", "1024")),
+        model=M,
+        env={},
+        drive=drive_first_request(wait_after=40),
+        what="/dev/shm is a 256 KiB tmpfs (private mount namespace)"),
+    "rlimit-as-kv-alloc": dict(
+        cmd=serve(M, "--max-model-len", "1024"),
+        env={"VLLM_CPU_KVCACHE_SPACE": "8"},
+        preexec=rlimit_as(float(os.environ.get("RLIMIT_AS_GIB", "12"))),
+        drive=drive_exit,
+        what="address-space limit (ulimit -v / RLIMIT_AS) below what an 8 GiB KV cache needs"),
+}
+SCENARIOS.update(EXTRA)
+
+
 def run_scenario(name: str, outdir: Path = OUT) -> dict:
     sc = SCENARIOS[name]
     env = {**BASE_ENV, **sc.get("env", {})}
-    CURRENT_MODEL[0] = sc["cmd"][2] if len(sc["cmd"]) > 2 else M
+    CURRENT_MODEL[0] = sc.get("model") or (sc["cmd"][2] if len(sc["cmd"]) > 2 else M)
     pre = sc.get("pre")
     helper = pre() if pre else None
     try:
@@ -360,7 +425,10 @@ def run_scenario(name: str, outdir: Path = OUT) -> dict:
     finally:
         if helper is not None:
             helper()
-    meta = cap.write(outdir, {"what": sc["what"]})
+    extra = {"what": sc["what"]}
+    if sc.get("preexec") is not None and name.startswith("rlimit"):
+        extra["rlimit_as_gib"] = float(os.environ.get("RLIMIT_AS_GIB", "12"))
+    meta = cap.write(outdir, extra)
     print(json.dumps({k: meta[k] for k in ("name", "returncode", "lines")}), flush=True)
     return meta
 
