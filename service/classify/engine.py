@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from service.classify.facts import explain_compatibility
 from service.classify.finding import Finding
 from service.classify.incident import Incident
+from service.classify.masking import mask
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, Signature, load_playbook
 from service.classify.stream_state import FAILED, READY, SERVING, STARTING, STOPPED, StreamState
@@ -227,7 +228,7 @@ class Classifier:
         if strength is None or st.shutting_down:
             return None
         template, novel = (self.novelty.observe(line.message) if self.novelty
-                           else (line.message, False))
+                           else (mask(line.message), False))
         if self.model is not None:
             self.model_calls += 1
             pred = self.model.predict(line.message)

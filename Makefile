@@ -1,0 +1,35 @@
+# One command to set up and run, one to set up and test (the README names both; CI calls `make test`).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv run test lint bench train evaluate clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+run: venv
+	$(BIN)/vllm-sentinel classify tests/fixtures/real/kv-cache-too-small.log tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log || true
+
+test: venv
+	$(BIN)/ruff check service tests
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check service tests
+
+bench: venv
+	$(BIN)/python scripts/bench_classify.py
+
+train: venv
+	$(BIN)/vllm-sentinel train
+
+evaluate: venv
+	$(BIN)/vllm-sentinel evaluate tests/corpus/cases
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

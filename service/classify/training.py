@@ -1,0 +1,686 @@
+"""Train, evaluate and save the text classifier.
+
+    python -m service.classify.training --data training_data --out models [--seed 0]
+           [--with-feedback corrections.jsonl]
+
+Steps (each reported on stderr):
+
+1. Load ``<data>/*.jsonl`` (one example a line: text, category, tier, source, family);
+   files named ``ood*.jsonl`` hold out-of-taxonomy error text (no class of their own) used
+   only to choose the abstain threshold. Corrections (``--with-feedback``, JSONL of
+   ``{text, category}``) are added as examples of their own family; a correction to
+   ``unknown`` becomes out-of-taxonomy text.
+2. Mask every text (:func:`service.classify.masking.mask`), drop exact duplicates of a
+   masked text, and put examples whose masked texts coincide into one group with their
+   template families (union-find), so no wording is ever on both sides of a split.
+3. Hold out a test split by group (``StratifiedGroupKFold``: whole families, stratified by
+   class), never by random line.
+4. On the rest, compute out-of-fold probabilities with group folds and choose the abstain
+   threshold there: the best macro-F1 (abstentions count as errors) among thresholds at
+   which no healthy line is tagged as a failure and out-of-taxonomy text is refused.
+5. Fit on the training part, score on the held-out test split (per-class precision,
+   recall, F1, confusion matrix, abstain rate, healthy lines tagged as failures).
+6. Refit the same recipe on all the data, save ``text_model.skops`` + ``text_model.json``
+   (manifest with SHA-256, classes, threshold, versions, counts, scores) and a generated
+   ``MODEL_CARD.md``.
+
+Same data + same seed -> same split, same threshold, same scores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..taxonomy import CATEGORY_TIER
+from .masking import mask
+from .text_model import (
+    MANIFEST_FORMAT,
+    TextModel,
+    dumps_pipeline,
+    sha256_bytes,
+)
+
+__all__ = ["train", "main", "load_examples", "build_pipeline", "Example", "MODEL_CONFIG"]
+
+ARTIFACT_NAME = "text_model.skops"
+MANIFEST_NAME = "text_model.json"
+CARD_NAME = "MODEL_CARD.md"
+
+# The recipe. Chosen by group-held-out comparison (see training_data/README.md).
+MODEL_CONFIG: dict[str, Any] = {
+    "word_ngrams": (1, 2),
+    "char_ngrams": (2, 5),
+    "char_analyzer": "char_wb",
+    "max_features_word": 40000,
+    "max_features_char": 120000,
+    "min_df": 1,
+    "classifier": "linearsvc",
+    "C": 0.5,
+    "calibration": "sigmoid",
+    "calibration_folds": 3,
+    "test_folds": 5,
+    "threshold_folds": 4,
+    "max_per_family": 60,
+}
+
+THRESHOLD_GRID = tuple(round(x, 2) for x in np.arange(0.20, 0.951, 0.01))
+HEALTHY = "healthy"
+UNKNOWN = "unknown"
+
+
+@dataclass(slots=True)
+class Example:
+    text: str
+    category: str
+    family: str
+    source: str = ""
+    stage: str | None = None
+    masked: str = ""
+    group: int = -1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Progress:
+    """Step-by-step progress on stderr (elapsed time per step)."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.t0 = time.perf_counter()
+        self.step_t = self.t0
+
+    def __call__(self, msg: str) -> None:
+        now = time.perf_counter()
+        if not self.quiet:
+            print(f"[train {now - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+        self.step_t = now
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: not JSON: {exc}") from exc
+            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                raise ValueError(f"{path}:{n}: an example needs a string 'text'")
+            row["_where"] = f"{path.name}:{n}"
+            rows.append(row)
+    return rows
+
+
+def load_examples(
+    data_dir: Path, feedback: Path | None = None
+) -> tuple[list[Example], list[Example]]:
+    """(labelled examples, out-of-taxonomy texts) from ``data_dir`` (+ corrections)."""
+    data_dir = Path(data_dir)
+    files = sorted(data_dir.glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"no *.jsonl training files in {data_dir}")
+    examples: list[Example] = []
+    ood: list[Example] = []
+    for path in files:
+        is_ood = path.name.startswith("ood")
+        for row in _read_jsonl(path):
+            cat = row.get("category")
+            fam = str(row.get("family") or f"{path.stem}:{row['_where']}")
+            if is_ood or cat == UNKNOWN:
+                ood.append(Example(row["text"], UNKNOWN, fam, str(row.get("source", ""))))
+                continue
+            if cat not in CATEGORY_TIER:
+                raise ValueError(f"{row['_where']}: category {cat!r} is not in the taxonomy")
+            tier = row.get("tier")
+            if tier is not None and tier != CATEGORY_TIER[cat]:
+                raise ValueError(
+                    f"{row['_where']}: tier {tier!r} does not match {cat!r} "
+                    f"({CATEGORY_TIER[cat]!r})"
+                )
+            examples.append(
+                Example(row["text"], cat, fam, str(row.get("source", "")), row.get("stage"))
+            )
+    if feedback is not None:
+        for i, row in enumerate(_read_jsonl(Path(feedback))):
+            cat = row.get("category")
+            fam = f"feedback:{i}"
+            if cat == UNKNOWN:
+                ood.append(Example(row["text"], UNKNOWN, fam, "feedback"))
+            elif cat in CATEGORY_TIER:
+                examples.append(Example(row["text"], cat, fam, "feedback"))
+            else:
+                raise ValueError(f"feedback {row['_where']}: unknown category {cat!r}")
+    return examples, ood
+
+
+def _prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Example]:
+    """Mask, drop duplicate masked texts, cap examples per family, assign leakage-free groups."""
+    for ex in examples:
+        ex.masked = mask(ex.text)
+    seen: dict[str, Example] = {}
+    kept: list[Example] = []
+    conflicts = 0
+    # union-find over family ids, joined whenever two families share a masked text
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        parent.setdefault(a, a)
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    for ex in examples:
+        if not ex.masked.strip():
+            continue
+        find(ex.family)
+        prev = seen.get(ex.masked)
+        if prev is None:
+            seen[ex.masked] = ex
+            kept.append(ex)
+        else:
+            union(prev.family, ex.family)
+            if prev.category != ex.category:
+                conflicts += 1
+    if conflicts:
+        # the same masked text under two labels: keep the first, the data file order decides
+        print(f"[train] warning: {conflicts} masked texts carry two labels", file=sys.stderr)
+    rng = np.random.default_rng(seed)
+    by_family: dict[str, list[Example]] = defaultdict(list)
+    for ex in kept:
+        by_family[ex.family].append(ex)
+    capped: list[Example] = []
+    for fam in sorted(by_family):
+        items = by_family[fam]
+        if len(items) > max_per_family:
+            idx = sorted(rng.choice(len(items), size=max_per_family, replace=False))
+            items = [items[i] for i in idx]
+        capped.extend(items)
+    roots = sorted({find(ex.family) for ex in capped})
+    gid = {r: i for i, r in enumerate(roots)}
+    for ex in capped:
+        ex.group = gid[find(ex.family)]
+    return capped
+
+
+# --- model -----------------------------------------------------------------------------------
+
+
+def build_pipeline(config: dict[str, Any], seed: int, cv: Any = None) -> Any:
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import FeatureUnion, Pipeline
+    from sklearn.svm import LinearSVC
+
+    token_pattern = r"(?u)<[A-Z]+>|\b\w[\w.]*\w\b|\b\w\b"
+    word = TfidfVectorizer(
+        analyzer="word",
+        ngram_range=tuple(config["word_ngrams"]),
+        token_pattern=token_pattern,
+        lowercase=True,
+        sublinear_tf=True,
+        min_df=config["min_df"],
+        max_features=config["max_features_word"],
+        dtype=np.float64,
+    )
+    char = TfidfVectorizer(
+        analyzer=config["char_analyzer"],
+        ngram_range=tuple(config["char_ngrams"]),
+        lowercase=True,
+        sublinear_tf=True,
+        min_df=config["min_df"],
+        max_features=config["max_features_char"],
+        dtype=np.float64,
+    )
+    features = FeatureUnion([("word", word), ("char", char)])
+    kind = config["classifier"]
+    if kind == "linearsvc":
+        base = LinearSVC(C=config["C"], class_weight="balanced", random_state=seed)
+        clf = CalibratedClassifierCV(
+            base,
+            method=config["calibration"],
+            cv=cv if cv is not None else config["calibration_folds"],
+            ensemble=False,
+        )
+    elif kind == "logreg":
+        clf = LogisticRegression(
+            C=config["C"], class_weight="balanced", max_iter=3000, random_state=seed
+        )
+    else:
+        raise ValueError(f"unknown classifier {kind!r}")
+    return Pipeline([("features", features), ("clf", clf)])
+
+
+def _group_splits(y: np.ndarray, groups: np.ndarray, n: int, seed: int) -> list[tuple]:
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    n = max(2, min(n, len(set(groups.tolist()))))
+    skf = StratifiedGroupKFold(n_splits=n, shuffle=True, random_state=seed)
+    return list(skf.split(np.zeros(len(y)), y, groups))
+
+
+def _fit(config: dict[str, Any], seed: int, texts: list[str], y: np.ndarray,
+         groups: np.ndarray) -> Any:
+    cv = None
+    if config["classifier"] == "linearsvc":
+        cv = _group_splits(y, groups, config["calibration_folds"], seed + 1)
+    pipe = build_pipeline(config, seed, cv=cv)
+    pipe.fit(texts, y)
+    # TfidfVectorizer keeps every term pruned by max_features in ``stop_words_``: only
+    # needed for introspection, and by far the largest part of a saved artifact.
+    for _, vec in pipe.named_steps["features"].transformer_list:
+        if hasattr(vec, "stop_words_"):
+            delattr(vec, "stop_words_")
+    return pipe
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def _with_abstain(classes: Sequence[str], proba: np.ndarray, threshold: float) -> list[str]:
+    best = proba.argmax(axis=1)
+    return [classes[b] if proba[i, b] >= threshold else UNKNOWN for i, b in enumerate(best)]
+
+
+def _macro_f1(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str]) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y_true, y_pred, labels=list(labels), average="macro", zero_division=0))
+
+
+def _healthy_false_alarms(y_true: Sequence[str], y_pred: Sequence[str]) -> int:
+    return sum(1 for t, p in zip(y_true, y_pred, strict=True)
+               if t == HEALTHY and p not in (HEALTHY, UNKNOWN))
+
+
+def choose_threshold(
+    classes: Sequence[str],
+    proba: np.ndarray,
+    y_true: Sequence[str],
+    ood_proba: np.ndarray | None,
+) -> tuple[float, dict[str, Any]]:
+    """Best macro-F1 (abstain = error) among thresholds with no healthy false alarm and
+    at least 90 % of out-of-taxonomy texts refused; the lowest such threshold on ties."""
+    labels = [c for c in classes]
+    table = []
+    for t in THRESHOLD_GRID:
+        pred = _with_abstain(classes, proba, t)
+        f1 = _macro_f1(y_true, pred, labels)
+        fa = _healthy_false_alarms(y_true, pred)
+        ood_refused = 1.0
+        if ood_proba is not None and len(ood_proba):
+            ood_refused = float((ood_proba.max(axis=1) < t).mean())
+        abstain = sum(p == UNKNOWN for p in pred) / max(1, len(pred))
+        table.append((t, f1, fa, ood_refused, abstain))
+    ok = [r for r in table if r[2] == 0 and r[3] >= 0.9]
+    if not ok:
+        ok = [r for r in table if r[2] == 0] or table
+        ok = [max(ok, key=lambda r: (r[3], r[1]))]
+    best = max(ok, key=lambda r: (round(r[1], 4), -r[0]))
+    info = {
+        "threshold": float(best[0]),
+        "validation_macro_f1_with_abstain": round(best[1], 4),
+        "validation_healthy_false_alarms": int(best[2]),
+        "validation_ood_refused": round(best[3], 4),
+        "validation_abstain_rate": round(best[4], 4),
+    }
+    return float(best[0]), info
+
+
+def _report(classes: Sequence[str], y_true: Sequence[str], proba: np.ndarray,
+            threshold: float, ood_proba: np.ndarray | None) -> dict[str, Any]:
+    from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
+
+    labels = list(classes)
+    argmax = [classes[b] for b in proba.argmax(axis=1)]
+    pred = _with_abstain(classes, proba, threshold)
+    p, r, f, s = precision_recall_fscore_support(
+        y_true, pred, labels=labels, zero_division=0
+    )
+    pa, ra, fa_, _ = precision_recall_fscore_support(
+        y_true, argmax, labels=labels, zero_division=0
+    )
+    per_class = {
+        c: {
+            "precision": round(float(p[i]), 4),
+            "recall": round(float(r[i]), 4),
+            "f1": round(float(f[i]), 4),
+            "f1_no_abstain": round(float(fa_[i]), 4),
+            "support": int(s[i]),
+        }
+        for i, c in enumerate(labels)
+    }
+    cm_labels = labels + [UNKNOWN]
+    cm = confusion_matrix(y_true, pred, labels=cm_labels)
+    out = {
+        "n_test": len(y_true),
+        "macro_f1": round(_macro_f1(y_true, pred, labels), 4),
+        "macro_f1_no_abstain": round(_macro_f1(y_true, argmax, labels), 4),
+        "accuracy": round(float(np.mean([a == b for a, b in zip(y_true, pred, strict=True)])), 4),
+        "abstain_rate": round(sum(x == UNKNOWN for x in pred) / max(1, len(pred)), 4),
+        "healthy_false_alarms": _healthy_false_alarms(y_true, pred),
+        "healthy_false_alarms_no_abstain": _healthy_false_alarms(y_true, argmax),
+        "per_class": per_class,
+        "confusion_labels": cm_labels,
+        "confusion": cm[: len(labels)].tolist(),
+    }
+    if ood_proba is not None and len(ood_proba):
+        out["ood_refused"] = round(float((ood_proba.max(axis=1) < threshold).mean()), 4)
+        out["n_ood"] = len(ood_proba)
+    return out
+
+
+# --- main entry ------------------------------------------------------------------------------
+
+
+def train(
+    data_dir: Path,
+    out_dir: Path,
+    seed: int = 0,
+    feedback: Path | None = None,
+    *,
+    config: dict[str, Any] | None = None,
+    quiet: bool = False,
+    max_examples: int | None = None,
+) -> dict:
+    """Train on ``data_dir``, write the artifact, manifest and model card to ``out_dir``.
+
+    Returns the manifest (a dict). ``max_examples`` trains on a seeded stratified subset
+    (for quick tests); ``config`` overrides :data:`MODEL_CONFIG` keys.
+    """
+    import sklearn
+    import skops
+
+    cfg = dict(MODEL_CONFIG)
+    if config:
+        cfg.update(config)
+    progress = _Progress(quiet)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    progress(f"loading examples from {data_dir}")
+    raw, ood_raw = load_examples(Path(data_dir), feedback)
+    progress(f"{len(raw)} labelled examples, {len(ood_raw)} out-of-taxonomy texts; masking")
+    examples = _prepare(raw, cfg["max_per_family"], seed)
+    if max_examples is not None and len(examples) > max_examples:
+        rng = np.random.default_rng(seed)
+        by_cat: dict[str, list[Example]] = defaultdict(list)
+        for ex in examples:
+            by_cat[ex.category].append(ex)
+        per = max(4, max_examples // max(1, len(by_cat)))
+        sub: list[Example] = []
+        for cat in sorted(by_cat):
+            items = by_cat[cat]
+            if len(items) > per:
+                items = [items[i] for i in sorted(rng.choice(len(items), per, replace=False))]
+            sub.extend(items)
+        examples = sub
+    ood_masked = sorted({mask(e.text) for e in ood_raw} - {e.masked for e in examples})
+    texts = [e.masked for e in examples]
+    y = np.array([e.category for e in examples])
+    groups = np.array([e.group for e in examples])
+    counts = Counter(y.tolist())
+    progress(
+        f"{len(examples)} distinct masked examples in {len(set(groups.tolist()))} groups, "
+        f"{len(counts)} classes"
+    )
+
+    # 3. held-out test split by group
+    splits = _group_splits(y, groups, cfg["test_folds"], seed)
+    train_idx, test_idx = splits[0]
+    progress(f"held-out split: {len(train_idx)} train / {len(test_idx)} test (by family group)")
+
+    # 4. threshold from out-of-fold probabilities on the training part
+    tr_texts = [texts[i] for i in train_idx]
+    tr_y, tr_g = y[train_idx], groups[train_idx]
+    inner = _group_splits(tr_y, tr_g, cfg["threshold_folds"], seed + 7)
+    classes = sorted(counts)
+    oof = np.zeros((len(train_idx), len(classes)))
+    ood_fold = []
+    for k, (a, b) in enumerate(inner, 1):
+        progress(f"threshold fold {k}/{len(inner)}: fit {len(a)}, predict {len(b)}")
+        pipe = _fit(cfg, seed, [tr_texts[i] for i in a], tr_y[a], tr_g[a])
+        cols = [classes.index(c) for c in pipe.classes_]
+        oof[np.ix_(b, cols)] = pipe.predict_proba([tr_texts[i] for i in b])
+        if ood_masked:
+            po = np.zeros((len(ood_masked), len(classes)))
+            po[:, cols] = pipe.predict_proba(ood_masked)
+            ood_fold.append(po)
+    ood_oof = np.mean(ood_fold, axis=0) if ood_fold else None
+    threshold, thr_info = choose_threshold(classes, oof, tr_y.tolist(), ood_oof)
+    progress(f"abstain threshold {threshold:.2f} ({thr_info})")
+
+    # 5. evaluation model: fit on train part, score on held-out test
+    progress("fitting evaluation model on the training split")
+    eval_pipe = _fit(cfg, seed, tr_texts, tr_y, tr_g)
+    cols = [classes.index(c) for c in eval_pipe.classes_]
+    te_proba = np.zeros((len(test_idx), len(classes)))
+    te_proba[:, cols] = eval_pipe.predict_proba([texts[i] for i in test_idx])
+    ood_te = None
+    if ood_masked:
+        ood_te = np.zeros((len(ood_masked), len(classes)))
+        ood_te[:, cols] = eval_pipe.predict_proba(ood_masked)
+    scores = _report(classes, y[test_idx].tolist(), te_proba, threshold, ood_te)
+    progress(
+        f"held-out macro-F1 {scores['macro_f1']:.4f} (no abstain "
+        f"{scores['macro_f1_no_abstain']:.4f}), abstain {scores['abstain_rate']:.3f}, "
+        f"healthy false alarms {scores['healthy_false_alarms']}"
+    )
+
+    # 6. final model on all data
+    progress("fitting the final model on all examples")
+    final = _fit(cfg, seed, texts, y, groups)
+    data = dumps_pipeline(final)
+    model = TextModel.from_pipeline(final, threshold)
+    t0 = time.perf_counter()
+    sample = texts[: min(200, len(texts))]
+    for t in sample:
+        model.predict(t)
+    latency_ms = (time.perf_counter() - t0) / max(1, len(sample)) * 1000
+
+    artifact = out_dir / ARTIFACT_NAME
+    artifact.write_bytes(data)
+    test_counts = Counter(y[test_idx].tolist())
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "artifact": ARTIFACT_NAME,
+        "sha256": sha256_bytes(data),
+        "classes": classes,
+        "threshold": threshold,
+        "seed": seed,
+        "config": {k: list(v) if isinstance(v, tuple) else v for k, v in cfg.items()},
+        "versions": {
+            "python": platform.python_version(),
+            "sklearn": sklearn.__version__,
+            "skops": skops.__version__,
+            "numpy": np.__version__,
+        },
+        "data": {
+            "dir": str(data_dir),
+            "files": sorted(p.name for p in Path(data_dir).glob("*.jsonl")),
+            "labelled_raw": len(raw),
+            "examples": len(examples),
+            "groups": int(len(set(groups.tolist()))),
+            "families": len({e.family for e in examples}),
+            "ood_texts": len(ood_masked),
+            "feedback": str(feedback) if feedback else None,
+            "per_class": dict(sorted(counts.items())),
+            "per_class_test": dict(sorted(test_counts.items())),
+            "families_per_class": {
+                c: len({e.family for e in examples if e.category == c}) for c in classes
+            },
+        },
+        "threshold_selection": thr_info,
+        "scores": scores,
+        "predict_latency_ms": round(latency_ms, 3),
+        "training_seconds": round(progress.elapsed(), 1),
+    }
+    (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    (out_dir / CARD_NAME).write_text(model_card(manifest), encoding="utf-8")
+    progress(
+        f"wrote {artifact} ({len(data) / 1e6:.1f} MB), manifest and model card; "
+        f"predict {latency_ms:.2f} ms/event"
+    )
+    return manifest
+
+
+def model_card(m: dict[str, Any]) -> str:
+    s = m["scores"]
+    d = m["data"]
+    lines = [
+        "# Text classifier model card",
+        "",
+        "Generated by `python -m service.classify.training`; do not edit by hand.",
+        "",
+        "## What it is",
+        "",
+        "Classifies one error-looking vLLM container log event (already stripped of the vLLM",
+        "header and process prefix) into a taxonomy category, for events no regex signature",
+        "explains. Features: TF-IDF word n-grams "
+        f"{tuple(m['config']['word_ngrams'])} and character n-grams "
+        f"{tuple(m['config']['char_ngrams'])} (`{m['config']['char_analyzer']}`) on masked",
+        "text (`service/classify/masking.py`); classifier: "
+        f"`{m['config']['classifier']}` (C={m['config']['C']}), "
+        + (
+            f"{m['config']['calibration']} calibration on group folds."
+            if m["config"]["classifier"] == "linearsvc"
+            else "probabilities from the model itself."
+        ),
+        f"Below the abstain threshold **{m['threshold']:.2f}** (top calibrated probability) it",
+        "answers `unknown` / tier `other` with the masked template.",
+        "",
+        "## Data",
+        "",
+        f"{d['labelled_raw']} labelled lines from `{d['dir']}` ({', '.join(d['files'])}),",
+        f"{d['examples']} distinct after masking and the per-family cap, in {d['families']}",
+        f"template families ({d['groups']} leakage-free groups); {d['ood_texts']}",
+        "out-of-taxonomy error texts used only to choose the threshold.",
+        "",
+        "| category | tier | examples | families | test examples |",
+        "| --- | --- | ---: | ---: | ---: |",
+    ]
+    for c in m["classes"]:
+        lines.append(
+            f"| `{c}` | {CATEGORY_TIER[c]} | {d['per_class'].get(c, 0)} | "
+            f"{d['families_per_class'].get(c, 0)} | {d['per_class_test'].get(c, 0)} |"
+        )
+    lines += [
+        "",
+        "## Held-out evaluation",
+        "",
+        "The test split holds out whole template families (StratifiedGroupKFold by family",
+        "group), so every test wording is one the model never saw; the model evaluated here",
+        "was fitted on the other families only. Abstentions count as errors.",
+        "",
+        f"- macro-F1: **{s['macro_f1']:.4f}** (argmax, no abstain: {s['macro_f1_no_abstain']:.4f})",
+        f"- accuracy: {s['accuracy']:.4f} on {s['n_test']} test examples",
+        f"- abstain rate: {s['abstain_rate']:.4f}",
+        f"- healthy lines tagged as a failure above the threshold: {s['healthy_false_alarms']}"
+        f" (without the threshold: {s['healthy_false_alarms_no_abstain']})",
+    ]
+    if "ood_refused" in s:
+        lines.append(
+            f"- out-of-taxonomy error texts refused (abstained): {s['ood_refused']:.4f}"
+            f" of {s['n_ood']}"
+        )
+    lines += [
+        f"- threshold chosen on out-of-fold validation: {m['threshold_selection']}",
+        "",
+        "| category | precision | recall | F1 | F1 no abstain | support |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c, r in s["per_class"].items():
+        lines.append(
+            f"| `{c}` | {r['precision']:.3f} | {r['recall']:.3f} | {r['f1']:.3f} | "
+            f"{r['f1_no_abstain']:.3f} | {r['support']} |"
+        )
+    labels = s["confusion_labels"]
+    short = [lab[:8] for lab in labels]
+    lines += [
+        "",
+        "### Confusion matrix (rows: true, columns: predicted; last column: abstained)",
+        "",
+        "| true \\ pred | " + " | ".join(short) + " |",
+        "| --- | " + " | ".join("---:" for _ in labels) + " |",
+    ]
+    for lab, row in zip(labels, s["confusion"], strict=False):
+        lines.append(f"| `{lab}` | " + " | ".join(str(v) for v in row) + " |")
+    lines += [
+        "",
+        "## Artifact",
+        "",
+        f"- `text_model.skops`, SHA-256 `{m['sha256']}` (checked before loading; skops with",
+        "  an explicit trusted-type list, no pickle)",
+        f"- versions: {m['versions']}",
+        f"- seed {m['seed']}; training took {m['training_seconds']} s; predict "
+        f"{m['predict_latency_ms']} ms per event",
+        "",
+        "## Reproduce",
+        "",
+        "```bash",
+        "python training_data/generate.py          # regenerate training_data/generated.jsonl",
+        f"python -m service.classify.training --data training_data --out models --seed {m['seed']}",
+        "```",
+        "",
+        "The final artifact is refitted on all examples with the same recipe and threshold;",
+        "the scores above are those of the same recipe with the test families held out.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m service.classify.training",
+        description="Train the vllm-sentinel text classifier and write a verified artifact.",
+    )
+    parser.add_argument("--data", type=Path, default=Path("training_data"),
+                        help="directory of *.jsonl examples (default: training_data)")
+    parser.add_argument("--out", type=Path, default=Path("models"),
+                        help="output directory for the artifact, manifest, model card")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--with-feedback", dest="feedback", type=Path, default=None,
+                        metavar="FILE", help="JSONL of corrections {text, category} to add")
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    args = parser.parse_args(argv)
+    try:
+        manifest = train(args.data, args.out, seed=args.seed, feedback=args.feedback,
+                         quiet=args.quiet)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"training failed: {exc}", file=sys.stderr)
+        return 2
+    s = manifest["scores"]
+    print(json.dumps({"macro_f1": s["macro_f1"], "threshold": manifest["threshold"],
+                      "abstain_rate": s["abstain_rate"],
+                      "healthy_false_alarms": s["healthy_false_alarms"],
+                      "sha256": manifest["sha256"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
