@@ -1,0 +1,136 @@
+"""All settings in one pydantic object: a YAML file (``--config``), overridden by
+``SENTINEL_*`` environment variables (nested with ``__``, e.g.
+``SENTINEL_STORE__URL=postgresql://...``, ``SENTINEL_API__TOKEN=...``).
+
+With no file and no environment the service starts on embedded defaults: SQLite file,
+HTTP + forward ingest on localhost, no Kafka.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    token: str | None = None  # bearer token for writes and ingest; None = no auth (dev only)
+    read_token: str | None = None  # optional bearer token for reads as well
+
+
+class StoreSettings(BaseModel):
+    url: str = "sqlite:///sentinel.db"
+    pool_size: int = 5
+
+
+class KafkaSettings(BaseModel):
+    bootstrap: str = "127.0.0.1:9092"
+    topics: list[str] = Field(default_factory=lambda: ["vllm-logs"])
+    group: str = "vllm-sentinel"
+    client: Literal["kafka-python", "confluent-kafka"] = "kafka-python"
+    security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    sasl_mechanism: str | None = None  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | OAUTHBEARER
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    max_poll_records: int = 2000
+    max_poll_interval_ms: int = 30000
+    session_timeout_ms: int = 10000
+    extra: dict[str, Any] = Field(default_factory=dict)  # passed through to the client
+
+
+class ForwardSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 24224
+    shared_key: str | None = None
+    self_hostname: str = "vllm-sentinel"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+
+class SourcesSettings(BaseModel):
+    kafka: KafkaSettings | None = None
+    forward: ForwardSettings | None = Field(default_factory=ForwardSettings)
+    http: bool = True
+
+
+class ReceiverSettings(BaseModel):
+    name: str
+    type: Literal["slack", "webhook", "pagerduty"]
+    url: str
+    secret: str | None = None  # webhook: HMAC-SHA256 key for X-Sentinel-Signature
+    routing_key: str | None = None  # pagerduty
+    match: dict[str, list[str]] = Field(default_factory=dict)  # tier/category/namespace/severity/label:k
+    send_resolved: bool = True
+    rate_limit_per_minute: int = 30
+    timeout_s: float = 5.0
+
+
+class NotifySettings(BaseModel):
+    group_wait_s: float = 1.0  # wait this long after a change so late root-cause lines coalesce
+    max_attempts: int = 0  # 0 = retry forever (with backoff); alerts are never dropped
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 300.0
+    external_url: str = "http://127.0.0.1:8080"
+
+
+class StallSettings(BaseModel):
+    """Per-stage deadlines (seconds without reaching the next stage)."""
+
+    enabled: bool = True
+    check_interval_s: float = 15.0
+    deadlines_s: dict[str, float] = Field(default_factory=lambda: {
+        "container": 600, "cuda_init": 600, "distributed_init": 900, "model_load": 3600,
+        "kv_cache_init": 2400, "api_server": 600,
+    })
+
+
+class FleetSettings(BaseModel):
+    threshold: int = 3  # workloads with the same category and shared key within the window
+    window_s: float = 900.0
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SENTINEL_", env_nested_delimiter="__",
+                                      extra="forbid")
+
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
+    sources: SourcesSettings = Field(default_factory=SourcesSettings)
+    receivers: list[ReceiverSettings] = Field(default_factory=list)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+    stall: StallSettings = Field(default_factory=StallSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    use_model: bool = True
+    instance_id: str | None = None  # defaults to hostname-pid
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # env overrides init (the YAML file is passed as init kwargs)
+        return env_settings, init_settings
+
+
+def load_settings(path: str | Path | None = None) -> Settings:
+    """Settings from a YAML file (optional) with ``SENTINEL_*`` env overrides."""
+    data: dict[str, Any] = {}
+    if path:
+        with Path(path).open(encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping at the top level")
+    return Settings(**data)
