@@ -28,7 +28,7 @@ MAX_LINE = 1 << 20  # characters; longer lines are truncated and counted as ``ov
 
 _DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
 _FD = {"stdout": "stdout", "stderr": "stderr"}
-_JSON_LOADS = json.loads
+_SCAN_JSON = json.JSONDecoder().scan_once  # C scanner: json.loads minus its Python wrapper
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -96,7 +96,9 @@ def decode_line(
         return _decode_dict_line(obj, stream, position, meta, source, max_line)
     if len(line) > max_line:
         line = _truncate(line, max_line, source)
-    rec_meta = dict(meta) if meta else {}
+    if not meta:
+        return [LogRecord(stream, line, None, {}, position)]
+    rec_meta = dict(meta)
     return [LogRecord(stream_key(rec_meta, stream), line, None, rec_meta, position)]
 
 
@@ -194,25 +196,45 @@ def record_meta(record: Mapping[str, Any], tag: str | None, fd: Any) -> dict[str
     the Fluent tag (a kubelet-path tag fills what the maps lack)."""
     meta: dict[str, Any] = {}
     kube = record.get("kubernetes")
-    if type(kube) is dict:
-        _put(meta, "namespace", kube.get("namespace_name") or kube.get("namespace"))
-        _put(meta, "pod", kube.get("pod_name"))
-        _put(meta, "container", kube.get("container_name"))
-        _put(meta, "container_id", kube.get("docker_id") or kube.get("container_id"))
-        _put(meta, "pod_id", kube.get("pod_id"))
-        _put(meta, "node", kube.get("host"))
-        _put(meta, "image", kube.get("container_image"))
-        _put(meta, "image_id", kube.get("container_hash") or kube.get("container_image_id"))
-        labels = kube.get("labels")
-        if type(labels) is dict:
-            meta["labels"] = labels
-    docker = record.get("docker")
-    if type(docker) is dict and "container_id" not in meta:
-        _put(meta, "container_id", docker.get("container_id") or docker.get("id"))
+    if type(kube) is dict:  # straight-line on purpose: this runs for every record
+        get = kube.get
+        v = get("namespace_name") or get("namespace")
+        if type(v) is str and v:
+            meta["namespace"] = v
+        v = get("pod_name")
+        if type(v) is str and v:
+            meta["pod"] = v
+        v = get("container_name")
+        if type(v) is str and v:
+            meta["container"] = v
+        v = get("docker_id") or get("container_id")
+        if type(v) is str and v:
+            meta["container_id"] = v
+        v = get("pod_id")
+        if type(v) is str and v:
+            meta["pod_id"] = v
+        v = get("host")
+        if type(v) is str and v:
+            meta["node"] = v
+        v = get("container_image")
+        if type(v) is str and v:
+            meta["image"] = v
+        v = get("container_hash") or get("container_image_id")
+        if type(v) is str and v:
+            meta["image_id"] = v
+        v = get("labels")
+        if type(v) is dict:
+            meta["labels"] = v
+    if "container_id" not in meta:
+        docker = record.get("docker")
+        if type(docker) is dict:
+            v = docker.get("container_id") or docker.get("id")
+            if type(v) is str and v:
+                meta["container_id"] = v
     cid = meta.get("container_id")
     if cid is not None and "://" in cid:
         meta["container_id"] = cid.split("://", 1)[1]  # containerd://<id>, docker://<id>
-    if type(fd) is str and fd in _FD:
+    if fd == "stdout" or fd == "stderr":
         meta["fd"] = _FD[fd]
     if tag:
         meta["tag"] = tag
@@ -294,9 +316,21 @@ def text_field(record: Mapping[str, Any]) -> Any:
     return text
 
 
+def parse_json(text: str) -> Any:
+    """The single JSON value ``text`` holds (C scanner, about twice as fast as ``json.loads``
+    on short lines); raise ``ValueError`` (or ``RecursionError``) if it holds anything else."""
+    try:
+        obj, end = _SCAN_JSON(text, 0)
+    except StopIteration:
+        raise ValueError("not a JSON value") from None
+    if end != len(text) and not text[end:].isspace():
+        raise ValueError("extra data after the JSON value")
+    return obj
+
+
 def _json_dict(line: str) -> dict[str, Any] | None:
     try:
-        obj = _JSON_LOADS(line)
+        obj = parse_json(line)
     except (ValueError, RecursionError):
         return None
     return obj if type(obj) is dict else None
@@ -430,8 +464,3 @@ def _records(
 def _truncate(text: str, max_line: int, source: str) -> str:
     metrics.reject(source, "oversize", f"{len(text)} chars")
     return text[:max_line]
-
-
-def _put(meta: dict[str, Any], key: str, value: Any) -> None:
-    if type(value) is str and value:
-        meta[key] = value

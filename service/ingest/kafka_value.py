@@ -18,7 +18,6 @@ run them through a :class:`service.ingest.joiner.Joiner` kept per partition assi
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from service import metrics
@@ -28,6 +27,7 @@ from service.ingest.envelope import (
     decode_bytes,
     decode_record,
     decode_text,
+    parse_json,
     text_field,
 )
 from service.ingest.msgpack_events import split_event, unpack_all
@@ -89,7 +89,7 @@ def _json(
 ) -> list[LogRecord] | None:
     """Records of a JSON record (or array of records); ``None`` if it is not one."""
     try:
-        obj = json.loads(text)
+        obj = parse_json(text)
     except (ValueError, RecursionError):
         return None
     items = obj if type(obj) is list else [obj]

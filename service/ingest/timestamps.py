@@ -13,7 +13,6 @@ from __future__ import annotations
 import calendar
 import math
 import struct
-from functools import lru_cache
 from typing import Any
 
 import msgpack
@@ -37,16 +36,38 @@ def ext_hook(code: int, data: bytes) -> Any:
     return msgpack.ExtType(code, data)
 
 
-@lru_cache(maxsize=8192)
+_SECONDS: dict[str, int | None] = {}
+_SECONDS_MAX = 65536
+_MISSING = object()
+_POW10 = tuple(10**i for i in range(20))
+
+
 def _second(prefix: str) -> int | None:
-    """Epoch seconds of ``YYYY-MM-DDTHH:MM:SS`` (UTC); cached because lines share seconds."""
+    """Epoch seconds of ``YYYY-MM-DDTHH:MM:SS`` (UTC), memoised: consecutive lines share
+    their second, so the calendar arithmetic runs about once per second of log."""
     try:
-        if prefix[4] != "-" or prefix[7] != "-" or prefix[13] != ":" or prefix[16] != ":":
-            return None
-        year, month, day = int(prefix[0:4]), int(prefix[5:7]), int(prefix[8:10])
-        hour, minute, sec = int(prefix[11:13]), int(prefix[14:16]), int(prefix[17:19])
-    except ValueError:
+        return _SECONDS[prefix]
+    except KeyError:
+        pass
+    value = _compute_second(prefix)
+    if len(_SECONDS) >= _SECONDS_MAX:
+        _SECONDS.clear()
+    _SECONDS[prefix] = value
+    return value
+
+
+def _compute_second(prefix: str) -> int | None:
+    if prefix[4] != "-" or prefix[7] != "-" or prefix[13] != ":" or prefix[16] != ":":
         return None
+    if prefix[10] not in "Tt ":
+        return None
+    digits = (
+        prefix[0:4] + prefix[5:7] + prefix[8:10] + prefix[11:13] + prefix[14:16] + prefix[17:19]
+    )
+    if not (digits.isascii() and digits.isdigit()):
+        return None
+    year, month, day = int(digits[0:4]), int(digits[4:6]), int(digits[6:8])
+    hour, minute, sec = int(digits[8:10]), int(digits[10:12]), int(digits[12:14])
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and sec <= 60):
         return None
     if year < 1 or day > calendar.monthrange(year, month)[1]:
@@ -57,11 +78,18 @@ def _second(prefix: str) -> int | None:
 def parse_rfc3339(text: str) -> float | None:
     """Parse ``2026-07-27T10:11:12.123456789Z`` (or ``+02:00``, ``t``/space separator, no zone
     = UTC) into epoch seconds; ``None`` when it is not such a timestamp."""
-    if len(text) < 19 or text[10] not in "Tt ":
+    if len(text) < 19:
         return None
-    base = _second(text[:19])
+    prefix = text[:19]
+    base = _SECONDS.get(prefix, _MISSING)
+    if base is _MISSING:
+        base = _second(prefix)
     if base is None:
         return None
+    if text[-1] == "Z" and text[19] == ".":  # fast path: runtime timestamps
+        digits = text[20:-1]
+        if digits.isdigit() and digits.isascii() and len(digits) < 20:
+            return base + int(digits) / _POW10[len(digits)]
     n = len(text)
     i = 19
     frac = 0.0
@@ -70,9 +98,9 @@ def parse_rfc3339(text: str) -> float | None:
         while j < n and "0" <= text[j] <= "9":
             j += 1
         digits = text[i + 1 : j]
-        if not digits:
+        if not digits or len(digits) >= 20:
             return None
-        frac = int(digits) / 10 ** len(digits)
+        frac = int(digits) / _POW10[len(digits)]
         i = j
     if i == n:
         return base + frac
@@ -81,7 +109,8 @@ def parse_rfc3339(text: str) -> float | None:
         return base + frac
     if zone[0] in "+-" and len(zone) in (3, 5, 6):
         hh, mm = zone[1:3], zone[-2:] if len(zone) > 3 else "00"
-        if not (hh.isdigit() and mm.isdigit()) or (len(zone) == 6 and zone[3] != ":"):
+        digits = hh + mm
+        if not (digits.isascii() and digits.isdigit()) or (len(zone) == 6 and zone[3] != ":"):
             return None
         offset = int(hh) * 3600 + int(mm) * 60
         return base + frac - offset if zone[0] == "+" else base + frac + offset
