@@ -371,15 +371,19 @@ def _cri_records(
     max_line: int,
 ) -> list[LogRecord]:
     t, fd, partial, content = cri
-    rec_meta = dict(meta) if meta else {}
-    rec_meta["fd"] = fd
+    if meta:
+        rec_meta = dict(meta)
+        rec_meta["fd"] = fd
+        stream = stream_key(rec_meta, stream)
+    else:
+        rec_meta = {"fd": fd}
     if partial:
         if not content:
             return []
         rec_meta[PARTIAL] = True
     if len(content) > max_line:
         content = _truncate(content, max_line, source)
-    return [LogRecord(stream_key(rec_meta, stream), content, t, rec_meta, position)]
+    return [LogRecord(stream, content, t, rec_meta, position)]
 
 
 def _inner_envelope(
