@@ -540,6 +540,17 @@ def test_data_instead_of_ping_is_refused():
     serve(test, shared_key="k")
 
 
+def test_silent_client_is_dropped_after_the_handshake_timeout():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        before = rejects("forward", "auth_failed")
+        client = await Client.connect(server)
+        assert (await client.receive())[0] == "HELO"
+        assert await client.closed_by_server()
+        assert rejects("forward", "auth_failed") == before + 1
+
+    serve(test, shared_key="k", handshake_timeout=0.2)
+
+
 @pytest.mark.parametrize(("password", "ok"), [("fluent-pass", True), ("nope", False)])
 def test_username_password_auth(password, ok):
     async def test(server: ForwardServer, sink: Sink) -> None:

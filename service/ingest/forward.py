@@ -181,7 +181,13 @@ class ForwardServer:
         shake = Handshake(self.shared_key, self.self_hostname, self.users)
         writer.write(self._packer.pack(shake.helo()))
         await writer.drain()
-        ping = await asyncio.wait_for(self._next_object(reader, unpacker), self.handshake_timeout)
+        try:
+            ping = await asyncio.wait_for(
+                self._next_object(reader, unpacker), self.handshake_timeout
+            )
+        except TimeoutError:
+            metrics.reject(self.source, "auth_failed", "no PING before the handshake timeout")
+            return False
         ok, reason, salt = shake.check_ping(ping)
         writer.write(self._packer.pack(shake.pong(ok, reason, salt)))
         await writer.drain()
