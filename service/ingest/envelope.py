@@ -171,7 +171,7 @@ def decode_text(
     source: str = "text",
     max_line: int = MAX_LINE,
 ) -> list[LogRecord]:
-    """Decode a blob of ``\n``-separated lines (a raw Kafka value, a text/plain body); every
+    """Decode a blob of ``\\n``-separated lines (a raw Kafka value, a text/plain body); every
     line is decoded as by :func:`decode_line`, positions after the first get ``#<i>``."""
     if "\n" not in text or text.find("\n") == len(text) - 1:
         return decode_line(
