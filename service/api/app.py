@@ -1,0 +1,117 @@
+"""The FastAPI application: ``create_app(ctx)``.
+
+Routers (one per resource) under ``service/api/routers``; the :class:`ServiceContext` is on
+``app.state.ctx`` and reaches the routes through :func:`service.api.deps.get_ctx`. Store
+calls are synchronous, so the routes that make them are plain ``def`` (run in FastAPI's
+thread pool, never blocking the event loop that also serves ingest and probes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from prometheus_client import Counter
+
+from service import metrics
+from service.api.auth import check_auth_config
+from service.api.routers import (
+    classify,
+    feedback,
+    health,
+    incidents,
+    ingest,
+    silences,
+    stats,
+    streams,
+)
+from service.context import ServiceContext
+
+log = logging.getLogger("vllm_sentinel.api")
+
+API_REQUESTS = Counter(
+    "sentinel_api_requests_total", "API requests, by method, route template and status.",
+    ["method", "route", "status"], registry=metrics.REGISTRY,
+)
+
+DESCRIPTION = """\
+Incidents classified from vLLM container logs (compatibility / integration / capacity),
+their streams, silences and feedback; a paste-a-log classifier; an ingest endpoint for
+Fluent Bit / Fluentd HTTP outputs; health and Prometheus metrics.
+
+Auth: `Authorization: Bearer <api.token>` for writes and `/ingest` when a token is set;
+reads need `api.read_token` only when one is set. `/healthz`, `/readyz`, `/metrics` are open.
+"""
+
+
+def _version() -> str:
+    try:
+        return version("vllm-sentinel")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+class _CountRequests:
+    """Pure ASGI middleware: count each response by route template (not raw path)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = [500]
+
+        async def send_wrapper(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            API_REQUESTS.labels(scope.get("method", ""), path, str(status[0])).inc()
+
+
+def create_app(ctx: ServiceContext) -> FastAPI:
+    """The API around a service context; refuses an unauthenticated API on a non-loopback
+    address (see :mod:`service.api.auth`)."""
+    check_auth_config(ctx.settings.api)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        try:
+            await ingest.flush_joiner(app, ctx.pipeline)
+        except Exception:
+            log.exception("api: could not store the unfinished lines held at shutdown")
+
+    app = FastAPI(
+        title="vllm-sentinel",
+        version=_version(),
+        description=DESCRIPTION,
+        docs_url="/docs",
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=lifespan,
+    )
+    app.state.ctx = ctx
+    app.state.http_joiner = None
+    for module in (incidents, streams, stats, silences, feedback, classify, ingest, health):
+        app.include_router(module.router)
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("api: %s %s failed", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    app.add_middleware(_CountRequests)
+    return app

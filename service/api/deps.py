@@ -1,0 +1,31 @@
+"""FastAPI dependencies that hand the service's parts to the routes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, HTTPException, Request
+
+from service.context import ServiceContext
+
+
+def get_ctx(request: Request) -> ServiceContext:
+    """The service context the app was created with (``create_app(ctx)``)."""
+    return request.app.state.ctx
+
+
+def get_store(ctx: Annotated[ServiceContext, Depends(get_ctx)]) -> Any:
+    if ctx.store is None:
+        raise HTTPException(status_code=503, detail="store not available")
+    return ctx.store
+
+
+def get_pipeline(ctx: Annotated[ServiceContext, Depends(get_ctx)]) -> Any:
+    if ctx.pipeline is None:
+        raise HTTPException(status_code=503, detail="pipeline not available")
+    return ctx.pipeline
+
+
+Ctx = Annotated[ServiceContext, Depends(get_ctx)]
+StoreDep = Annotated[Any, Depends(get_store)]
+PipelineDep = Annotated[Any, Depends(get_pipeline)]

@@ -1,0 +1,83 @@
+"""``/healthz`` (process alive), ``/readyz`` (store reachable and service ready),
+``/metrics`` (Prometheus). All open: probes and scrapers carry no token."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service import metrics
+from service.api.deps import Ctx
+from service.api.schemas import Health, Readiness
+from service.context import ServiceContext
+
+log = logging.getLogger("vllm_sentinel.api")
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz(ctx: Ctx) -> Health:
+    """The process answers (liveness): no store or broker call, so a database outage does not
+    get every replica restarted."""
+    return Health(instance_id=ctx.instance_id, uptime_s=round(time.time() - ctx.started_at, 3))
+
+
+def store_check(ctx: ServiceContext) -> tuple[bool, str | None]:
+    if ctx.store is None:
+        return False, "no store"
+    try:
+        ping = getattr(ctx.store, "ping", None)
+        if callable(ping):
+            ping()
+        else:
+            ctx.store.stats()
+        return True, None
+    except Exception as exc:  # any failure means not ready
+        return False, f"{type(exc).__name__}: {exc}"[:300]
+
+
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
+def readyz(ctx: Ctx) -> Response:
+    """Ready to take traffic: the service finished starting and the store answers."""
+    store_ok, error = store_check(ctx)
+    checks: dict[str, Any] = {"started": ctx.ready, "store": store_ok}
+    if error:
+        checks["store_error"] = error
+    ready = bool(ctx.ready and store_ok)
+    body = Readiness(ready=ready, checks=checks).model_dump()
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def open_incidents(stats: dict[str, Any]) -> float | None:
+    """The open-incident count from ``store.stats()``: a top-level ``open`` /
+    ``open_incidents`` number, or ``incidents.open``, or the sum of ``open`` by something."""
+    for key in ("open_incidents", "incidents_open", "open"):
+        v = stats.get(key)
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            return float(v)
+        if isinstance(v, dict) and v and all(isinstance(x, int | float) for x in v.values()):
+            return float(sum(v.values()))
+    inc = stats.get("incidents")
+    if isinstance(inc, dict):
+        return open_incidents(inc)
+    return None
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+def prometheus(ctx: Ctx) -> Response:
+    """Prometheus text format; ``sentinel_incidents_open`` is read from the store now."""
+    if ctx.store is not None:
+        try:
+            n = open_incidents(ctx.store.stats())
+            if n is not None:
+                metrics.INCIDENTS_OPEN.set(n)
+        except Exception:
+            log.warning("metrics: store.stats() failed; sentinel_incidents_open is stale",
+                        exc_info=True)
+    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)

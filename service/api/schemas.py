@@ -1,0 +1,229 @@
+"""Pydantic models: the API's schema (OpenAPI at ``/docs``).
+
+Response models list the fields clients rely on and allow extra ones, so the store can add
+fields without breaking the API; request models forbid unknown fields so typos fail loudly.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from service.api.timespec import parse_duration, parse_instant
+from service.taxonomy import CATEGORIES, STAGES, TIERS
+
+Tier = Literal[TIERS]  # type: ignore[valid-type]
+Category = Literal[CATEGORIES]  # type: ignore[valid-type]
+Stage = Literal[STAGES]  # type: ignore[valid-type]
+Severity = Literal["critical", "warning"]
+IncidentStatus = Literal["open", "resolved"]
+
+MATCHER_KEYS = ("tier", "category", "stage", "namespace", "pod", "node", "severity")
+_MATCHER_VALUES: dict[str, tuple[str, ...]] = {
+    "tier": TIERS, "category": CATEGORIES, "stage": STAGES, "severity": ("critical", "warning"),
+}
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---- incidents ---------------------------------------------------------------------------
+class RelatedFinding(_Open):
+    category: str
+    rule: str | None = None
+    role: str | None = None
+    method: str | None = None
+    stage: str | None = None
+    line: str = ""
+
+
+class Incident(_Open):
+    """One failure of one workload: root cause first, cascades in ``related``."""
+
+    id: str
+    stream: str | None = None
+    status: str
+    severity: str
+    tier: str
+    category: str
+    stage: str | None = None
+    confidence: float | None = None
+    method: str | None = None
+    rule: str | None = None
+    line: str = ""
+    remediation: str | None = None
+    explanation: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    related: list[RelatedFinding] = Field(default_factory=list)
+    restarts: int = 0
+    facts: dict[str, Any] = Field(default_factory=dict)
+    timeline: dict[str, Any] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)
+    opened_at: float | None = None
+    updated_at: float | None = None
+    resolved_at: float | None = None
+    resolution: str | None = None
+
+
+class IncidentPage(BaseModel):
+    items: list[Incident]
+    next_cursor: str | None = Field(None, description="pass as ?cursor= for the next page")
+    count: int
+
+
+class ResolveRequest(_Strict):
+    reason: str = Field(..., min_length=1, max_length=2000, examples=["driver upgraded"])
+
+
+class FeedbackRequest(_Strict):
+    correct: bool = Field(..., description="was the classification right?")
+    category: Category | None = Field(None, description="the right category when it was not")
+    comment: str | None = Field(None, max_length=4000)
+
+
+class Feedback(_Open):
+    incident_id: str | None = None
+    correct: bool | None = None
+    category: str | None = None
+    comment: str | None = None
+
+
+# ---- streams and stats -------------------------------------------------------------------
+class Stream(_Open):
+    """A workload stream's state: status, the stage reached, its timeline and facts."""
+
+    key: str | None = None
+    status: str | None = None
+    stage: str | None = None
+    timeline: dict[str, Any] = Field(default_factory=dict)
+    facts: dict[str, Any] = Field(default_factory=dict)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Stats(_Open):
+    """Counts from the store (open incidents by tier/category, streams, silences ...)."""
+
+
+# ---- silences ----------------------------------------------------------------------------
+def validate_matchers(matchers: dict[str, list[str]]) -> dict[str, list[str]]:
+    if not matchers:
+        raise ValueError("at least one matcher is required (a silence must not mute everything)")
+    out: dict[str, list[str]] = {}
+    for key, values in matchers.items():
+        if key.startswith("label:"):
+            if not key[6:].strip():
+                raise ValueError("label matcher needs a label name: label:<name>")
+        elif key not in MATCHER_KEYS:
+            raise ValueError(f"unknown matcher {key!r}; use one of "
+                             f"{', '.join(MATCHER_KEYS)} or label:<name>")
+        vals = [v.strip() if isinstance(v, str) else v for v in values]
+        if not vals or any(not isinstance(v, str) or not v for v in vals):
+            raise ValueError(f"matcher {key!r} needs one or more non-empty values")
+        allowed = _MATCHER_VALUES.get(key)
+        if allowed:
+            bad = [v for v in vals if v not in allowed]
+            if bad:
+                raise ValueError(f"matcher {key!r}: unknown value(s) {bad}; "
+                                 f"expected one of {list(allowed)}")
+        out[key] = vals
+    return out
+
+
+class SilenceRequest(_Strict):
+    """Mute notifications for incidents matching every matcher (values of one key are ORed)
+    until ``ends_at`` or for ``duration``; incidents are still recorded."""
+
+    matchers: dict[str, list[str]] = Field(
+        ..., examples=[{"namespace": ["llm-prod"], "category": ["oom_kv_cache"]}],
+        description="keys: tier, category, stage, namespace, pod, node, severity, label:<name>",
+    )
+    ends_at: float | str | None = Field(None, description="epoch seconds or ISO 8601")
+    duration: str | None = Field(None, examples=["2h"], description="e.g. 30m, 2h, 1d")
+    starts_at: float | str | None = Field(None, description="default: now")
+    created_by: str = Field("api", min_length=1, max_length=200)
+    comment: str = Field(..., min_length=1, max_length=2000, description="why it is silenced")
+
+    @field_validator("matchers")
+    @classmethod
+    def _matchers(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        return validate_matchers(v)
+
+    @model_validator(mode="after")
+    def _times(self) -> SilenceRequest:
+        now = time.time()
+        if (self.ends_at is None) == (self.duration is None):
+            raise ValueError("give exactly one of ends_at or duration")
+        starts = parse_instant(self.starts_at) if self.starts_at is not None else None
+        if self.duration is not None:
+            ends = (starts if starts is not None and starts > now else now) \
+                + parse_duration(self.duration)
+        else:
+            ends = parse_instant(self.ends_at)  # type: ignore[arg-type]
+        if ends <= now:
+            raise ValueError("ends_at must be in the future")
+        if starts is not None and starts >= ends:
+            raise ValueError("starts_at must be before ends_at")
+        self.starts_at = starts
+        self.ends_at = ends
+        self.duration = None
+        return self
+
+
+class Silence(_Open):
+    id: str | int
+    matchers: dict[str, list[str]]
+    starts_at: float | None = None
+    ends_at: float
+    created_by: str | None = None
+    comment: str | None = None
+
+
+# ---- classify and ingest -----------------------------------------------------------------
+class ClassifyRequest(_Strict):
+    log: str = Field(..., description="the whole log as pasted (raw, Docker json-file or CRI)")
+    format: Literal["auto", "raw", "docker", "cri", "fluent"] = "auto"
+    stream: str | None = Field(None, max_length=500,
+                               description="stream name when the envelope names none")
+
+
+class StreamReport(_Open):
+    """The per-stream report of ``vllm-sentinel classify --json``."""
+
+    stream: str
+    status: str
+    stage: str | None = None
+    incidents: list[dict[str, Any]]
+    facts: dict[str, Any]
+    timeline: dict[str, Any]
+    meta: dict[str, Any]
+    lines: int
+
+
+class ClassifyResponse(BaseModel):
+    reports: list[StreamReport]
+    primary: dict[str, Any] | None = Field(
+        None, description="the first critical incident of the first stream (root cause), if any")
+
+
+class IngestResult(BaseModel):
+    accepted: int
+    rejected: int
+
+
+# ---- health ------------------------------------------------------------------------------
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+    instance_id: str
+    uptime_s: float
+
+
+class Readiness(BaseModel):
+    ready: bool
+    checks: dict[str, Any]
