@@ -97,6 +97,13 @@ class Classifier:
         return self.feed_text(st, rec.text, rec.time)
 
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
+        if st.status == SERVING and not st.shutting_down and not self.rules.worth_a_look(text):
+            # steady state: an access/stats line with nothing that can matter
+            self.lines += 1
+            st.seq += 1
+            if time is not None:
+                st.last_time = time
+            return []
         line = L.parse_line(text)
         if line.kind == L.EMPTY:
             return []

@@ -15,7 +15,7 @@ from service.classify.rules import (
     load_signatures,
     load_stage_rules,
 )
-from service.classify.signatures import PatternIndex
+from service.classify.signatures import PatternIndex, derive_literals
 
 # Tags of a pattern in the shared index.
 STAGE, READY, SERVING, RUN_START, SHUTDOWN, FACT, SIG = range(7)
@@ -35,6 +35,11 @@ class Hits:
 
 
 _EMPTY = Hits([], False, False, False, False, [], [])
+
+# Words that make a line worth a full look even when no signature literal is in it.
+GATE_WORDS = ("error", "exception", "traceback", "warn", "fatal", "fail", "killed", "abort",
+              "panic", "segmentation", "core dumped", "timed out", "timeout", "refused",
+              "unexpected", "kv cache usage", "preempt")
 
 
 class RuleBook:
@@ -72,7 +77,33 @@ class RuleBook:
         for sig in self.signatures:
             add(SIG, sig, sig.pattern, sig.literals, sig.case_sensitive)
         self._index = PatternIndex(patterns, "rule")
+        # Steady-state gate: while a stream is serving, a line none of whose literals can
+        # matter (no signature, restart, shutdown or error word) skips parsing entirely.
+        gate = set(GATE_WORDS)
+        for (tag, _), (pattern, literals, _cs) in zip(self._tags, patterns, strict=True):
+            if tag in (SIG, RUN_START, SHUTDOWN):
+                lits = literals or derive_literals(pattern)
+                if not lits:
+                    gate = set()  # a pattern without literal: the gate cannot be used
+                    break
+                gate.update(lit.lower() for lit in lits)
+        self._gate: Any = None
+        if gate:
+            import ahocorasick
+
+            self._gate = ahocorasick.Automaton()
+            for word in gate:
+                self._gate.add_word(word, word)
+            self._gate.make_automaton()
         self._by_id = {s.id: s for s in self.signatures}
+
+    def worth_a_look(self, text: str) -> bool:
+        """Whether a raw line of a serving stream may matter (one automaton scan)."""
+        if self._gate is None:
+            return True
+        for _ in self._gate.iter(text.lower()):
+            return True
+        return False
 
     def signature(self, rule_id: str) -> Signature | None:
         return self._by_id.get(rule_id)

@@ -23,42 +23,53 @@ MIN_LITERAL = 4
 def derive_literals(pattern: str) -> list[str] | None:
     """Literal strings of which at least one occurs in every match of ``pattern``.
 
-    Returns ``None`` when no useful literal (≥ 4 chars) can be proven.
+    Walks the parsed pattern: a sequence requires its best required piece (a literal run, a
+    group, an alternation whose every branch requires something, a repeat of at least one);
+    the best piece is the one whose shortest alternative is longest. Returns ``None`` when no
+    alternative of at least 4 characters can be proven.
     """
     try:
         parsed = sre_parse.parse(pattern)
     except Exception:  # noqa: BLE001 - regex-only syntax: caller falls back
         return None
-    return _literals_of(list(parsed))
+    return _required(list(parsed))
 
 
-def _literals_of(items: Sequence[Any]) -> list[str] | None:
-    # A single alternation: every branch must yield literals.
-    if len(items) == 1 and items[0][0] is sre_constants.BRANCH:
-        out: list[str] = []
-        for branch in items[0][1][1]:
-            lits = _literals_of(list(branch))
-            if lits is None:
-                return None
-            out.extend(lits)
-        return out
-    best = ""
+def _required(items: Sequence[Any]) -> list[str] | None:
+    candidates: list[list[str]] = []
     run: list[str] = []
+
+    def flush() -> None:
+        text = "".join(run).strip()
+        if len(text) >= MIN_LITERAL:
+            candidates.append([text])
+        run.clear()
+
     for op, av in items:
         if op is sre_constants.LITERAL:
             run.append(chr(av))
             continue
-        if op is sre_constants.SUBPATTERN and not run:
-            sub = _literals_of(list(av[-1]))
-            if sub and len(sub) == 1 and len(sub[0]) > len(best):
-                best = sub[0]
-        if len("".join(run)) > len(best):
-            best = "".join(run)
-        run = []
-    if len("".join(run)) > len(best):
-        best = "".join(run)
-    best = best.strip()
-    return [best] if len(best) >= MIN_LITERAL else None
+        flush()
+        sub: list[str] | None = None
+        if op is sre_constants.SUBPATTERN:
+            sub = _required(list(av[-1]))
+        elif op is sre_constants.BRANCH:
+            alts: list[str] = []
+            for branch in av[1]:
+                got = _required(list(branch))
+                if got is None:
+                    alts = []
+                    break
+                alts.extend(got)
+            sub = alts or None
+        elif op in (sre_constants.MAX_REPEAT, sre_constants.MIN_REPEAT) and av[0] >= 1:
+            sub = _required(list(av[2]))
+        if sub:
+            candidates.append(sub)
+    flush()
+    if not candidates:
+        return None
+    return max(candidates, key=lambda c: (min(len(a) for a in c), -len(c)))
 
 
 class PatternIndex:

@@ -109,7 +109,8 @@ class Line:
 
 def clean(text: str) -> str:
     """Strip ANSI, trailing CR/LF and tqdm ``\\r`` redraws, keeping the last state."""
-    if _ANSI_HINT.search(text):
+    if ("\x1b" in text or "[0m" in text or "#033[" in text or "^[[" in text
+            or "[36m" in text) and _ANSI_HINT.search(text):
         text = _ANSI.sub("", text)
     text = text.rstrip("\r\n")
     if "\r" in text:
@@ -137,6 +138,12 @@ def parse_line(raw: str) -> Line:
                 process = f"{process}@{m.group('ip')}"
             rest = text[m.end():]
     h = _HEADER.match(rest)
+    if h is None and rest[:1].isupper() and rest[4:5] in (":", "I", "N", "R", "G", "C"):
+        u = _UVICORN.match(rest)
+        if u:
+            line = Line(text=text, message=u.group("msg"), kind=UVICORN, level=u.group("level"),
+                        process=process, pid=pid)
+            return line
     if h is None:
         # Slow path: outer wrappers, then prefixes again.
         rest, rank, repeated = _strip_wrappers(rest)
@@ -219,9 +226,19 @@ def _refine_payload(line: Line) -> None:
     if c == "^" or c == "~":
         line.kind = CODE
         return
-    e = _EXCEPTION.match(msg)
-    if e:
-        line.kind, line.exc = EXCEPTION, e.group("exc")
+    if _maybe_exception(msg):
+        e = _EXCEPTION.match(msg)
+        if e:
+            line.kind, line.exc = EXCEPTION, e.group("exc")
+
+
+_EXC_WORDS = ("Error", "Exception", "Exit", "Interrupt", "Failure", "Fault")
+
+
+def _maybe_exception(msg: str) -> bool:
+    """Cheap test before the exception regex: the first word names an exception type."""
+    head = msg.split(":", 1)[0] if ":" in msg else msg
+    return " " not in head and head.endswith(_EXC_WORDS)
 
 
 def _classify_other(line: Line) -> None:
@@ -273,6 +290,6 @@ def _classify_other(line: Line) -> None:
     if msg.startswith("Process ") and _PROCESS.match(msg):
         line.kind = PROCESS
         return
-    e = _EXCEPTION.match(msg)
+    e = _EXCEPTION.match(msg) if _maybe_exception(msg) else None
     if e:
         line.kind, line.exc, line.level = EXCEPTION, e.group("exc"), "ERROR"
