@@ -62,7 +62,7 @@ _VER = re.compile(
     r"|(?<![\w.])v\d+\.\d+(?![\w.])"
 )
 _SIZE = re.compile(
-    r"(?<![\w.])-?\d+(?:\.\d+)?(?:,\d{3})* ?(?:[KMGTP]i?B|bytes?|[KMGT]B|[kmgt]b)\b"
+    r"(?<![\w.])\d+(?:\.\d+)?(?:,\d{3})* ?(?:[KMGTP]i?B|bytes?|[KMGT]B|[kmgt]b)\b"
 )
 _DUR = re.compile(
     r"(?<![\w.])\d+(?:\.\d+)? ?(?:ms|milliseconds?|seconds?|secs?|s/it|it/s|minutes?|mins?|hours?|s)\b"

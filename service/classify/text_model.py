@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,12 +75,81 @@ TRUSTED_TYPES: tuple[str, ...] = (
     "sklearn.svm._classes.LinearSVC",
     "sklearn.naive_bayes.ComplementNB",
     "sklearn.pipeline.FeatureUnion",
+    "sklearn.compose._column_transformer.ColumnTransformer",
     "sklearn.pipeline.Pipeline",
     "sklearn.preprocessing._label.LabelEncoder",
     "sklearn.preprocessing._label.LabelBinarizer",
+    "sklearn.preprocessing._function_transformer.FunctionTransformer",
     "sklearn.frozen._frozen.FrozenEstimator",
     "sklearn.utils._bunch.Bunch",
 )
+
+
+_RANK = r"(?:\[rank\d+\]:\s*)?"
+_FRAME_LINE = re.compile(r"^\s*" + _RANK + r'File "')
+_SKIP_LINE = re.compile(
+    r"^\s*" + _RANK + r"(?:Traceback \(most recent call last\):|The above exception was"
+    r"|During handling of the above exception|CUDA kernel errors might be asynchronously"
+    r"|For debugging consider passing CUDA_LAUNCH_BLOCKING|Compile with `TORCH_USE_CUDA_DSA`"
+    r"|[\^~ ]+$|\.\.\.<\d+ lines>\.\.\.$)"
+)
+_LAST_ERROR = re.compile(r"^\s*" + _RANK + r"Last error:\s*$")
+_EXC_LINE = re.compile(r"^\s*" + _RANK + r"[\w.]*(?:Error|Exception|Exit|Interrupt)\b[\w.]*:")
+_ERRORISH = re.compile(
+    r"error|fail|fatal|killed|warn|exception|timeout|timed out|cannot|unable|not found|"
+    r"too old|insufficient|mismatch|not supported|no such|unsupported|invalid|refused",
+    re.IGNORECASE,
+)
+
+
+def key_line(text: str) -> str:
+    """The line of an event that carries its meaning (raw text in, raw line out).
+
+    Traceback frames, the source lines under them, caret markers, cascade headers and
+    torch's fixed CUDA-error footer are skipped. Preference: the line after ``Last error:``
+    (NCCL), then the last exception line (``XxxError: ...``), then the last error-ish
+    line, then the last remaining line.
+    """
+    lines = text.replace("\r", "").split("\n")
+    if len(lines) == 1:
+        return text
+    kept: list[str] = []
+    after_frame = False
+    last_error_next = False
+    picked_last_error = None
+    for line in lines:
+        if not line.strip():
+            continue
+        if _FRAME_LINE.match(line):
+            after_frame = True
+            continue
+        if after_frame and line.startswith((" ", "\t", "[rank")) and not _EXC_LINE.match(line):
+            after_frame = False
+            continue
+        after_frame = False
+        if _SKIP_LINE.match(line):
+            continue
+        if last_error_next:
+            picked_last_error = line
+            last_error_next = False
+        if _LAST_ERROR.match(line):
+            last_error_next = True
+            continue
+        kept.append(line)
+    if picked_last_error is not None:
+        return picked_last_error
+    if not kept:
+        return lines[-1]
+    for pattern in (_EXC_LINE, _ERRORISH):
+        for line in reversed(kept):
+            if pattern.search(line):
+                return line
+    return kept[-1]
+
+
+def event_fields(text: str) -> tuple[str, str]:
+    """(masked key line, masked whole event): the two inputs of the feature pipeline."""
+    return mask(key_line(text)), mask(text)
 
 
 class ArtifactError(RuntimeError):
@@ -182,15 +252,15 @@ class TextModel:
         return self.predict_many([text])[0]
 
     def predict_many(self, texts: Iterable[str]) -> list[Prediction]:
-        masked = [mask(t or "") for t in texts]
-        if not masked:
+        fields = [event_fields(t or "") for t in texts]
+        if not fields:
             return []
-        proba = self._pipeline.predict_proba(masked)
-        return self._decide(masked, proba)
+        proba = self._pipeline.predict_proba(as_matrix(fields))
+        return self._decide([f[1] for f in fields], proba)
 
-    def predict_masked_proba(self, masked: Sequence[str]) -> Any:
-        """Class probabilities (columns in ``self.classes`` order) of already-masked texts."""
-        return self._pipeline.predict_proba(list(masked))
+    def predict_proba_fields(self, fields: Sequence[tuple[str, str]]) -> Any:
+        """Class probabilities (columns in ``self.classes`` order) of :func:`event_fields`."""
+        return self._pipeline.predict_proba(as_matrix(fields))
 
     def _decide(self, masked: Sequence[str], proba: Any) -> list[Prediction]:
         out: list[Prediction] = []
@@ -204,6 +274,17 @@ class TextModel:
             else:
                 out.append(Prediction(category, CATEGORY_TIER[category], p, template))
         return out
+
+
+def as_matrix(fields: Sequence[tuple[str, str]]) -> Any:
+    """The pipeline's input: an (n, 2) object array of (key line, whole event)."""
+    import numpy as np
+
+    arr = np.empty((len(fields), 2), dtype=object)
+    for i, (k, w) in enumerate(fields):
+        arr[i, 0] = k
+        arr[i, 1] = w
+    return arr
 
 
 def dumps_pipeline(pipeline: Any) -> bytes:

@@ -47,7 +47,9 @@ from .masking import mask
 from .text_model import (
     MANIFEST_FORMAT,
     TextModel,
+    as_matrix,
     dumps_pipeline,
+    event_fields,
     sha256_bytes,
 )
 
@@ -62,8 +64,11 @@ MODEL_CONFIG: dict[str, Any] = {
     "word_ngrams": (1, 2),
     "char_ngrams": (2, 5),
     "char_analyzer": "char_wb",
-    "max_features_word": 40000,
-    "max_features_char": 120000,
+    "max_features_word": 30000,
+    "max_features_char": 60000,
+    "context_ngrams": (1, 2),
+    "max_features_context": 20000,
+    "context_weight": 0.6,
     "min_df": 1,
     "classifier": "linearsvc",
     "C": 0.5,
@@ -87,6 +92,7 @@ class Example:
     source: str = ""
     stage: str | None = None
     masked: str = ""
+    key: str = ""
     group: int = -1
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -175,7 +181,7 @@ def load_examples(
 def _prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Example]:
     """Mask, drop duplicate masked texts, cap examples per family, assign leakage-free groups."""
     for ex in examples:
-        ex.masked = mask(ex.text)
+        ex.key, ex.masked = event_fields(ex.text)
     seen: dict[str, Example] = {}
     kept: list[Example] = []
     conflicts = 0
@@ -231,10 +237,14 @@ def _prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Ex
 
 
 def build_pipeline(config: dict[str, Any], seed: int, cv: Any = None) -> Any:
+    """Features: TF-IDF word and character n-grams of the event's key line (column 0) and
+    word n-grams of the whole masked event (column 1, the context: frames, stage lines);
+    then a linear classifier with calibrated probabilities."""
     from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.compose import ColumnTransformer
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import FeatureUnion, Pipeline
+    from sklearn.pipeline import Pipeline
     from sklearn.svm import LinearSVC
 
     token_pattern = r"(?u)<[A-Z]+>|\b\w[\w.]*\w\b|\b\w\b"
@@ -257,7 +267,24 @@ def build_pipeline(config: dict[str, Any], seed: int, cv: Any = None) -> Any:
         max_features=config["max_features_char"],
         dtype=np.float64,
     )
-    features = FeatureUnion([("word", word), ("char", char)])
+    context = TfidfVectorizer(
+        analyzer="word",
+        ngram_range=tuple(config["context_ngrams"]),
+        token_pattern=token_pattern,
+        lowercase=True,
+        sublinear_tf=True,
+        min_df=config["min_df"],
+        max_features=config["max_features_context"],
+        dtype=np.float64,
+    )
+    col = 1 if config.get("char_on_whole") else 0
+    transformers = [("key_word", word, col), ("key_char", char, col)]
+    kw = float(config.get("key_weight", 1.0))
+    weights = {"key_word": kw, "key_char": kw}
+    if config["context_weight"] > 0:
+        transformers.append(("context", context, 1))
+        weights["context"] = float(config["context_weight"])
+    features = ColumnTransformer(transformers, transformer_weights=weights)
     kind = config["classifier"]
     if kind == "linearsvc":
         base = LinearSVC(C=config["C"], class_weight="balanced", random_state=seed)
@@ -284,16 +311,16 @@ def _group_splits(y: np.ndarray, groups: np.ndarray, n: int, seed: int) -> list[
     return list(skf.split(np.zeros(len(y)), y, groups))
 
 
-def _fit(config: dict[str, Any], seed: int, texts: list[str], y: np.ndarray,
+def _fit(config: dict[str, Any], seed: int, fields: list[tuple[str, str]], y: np.ndarray,
          groups: np.ndarray) -> Any:
     cv = None
     if config["classifier"] == "linearsvc":
         cv = _group_splits(y, groups, config["calibration_folds"], seed + 1)
     pipe = build_pipeline(config, seed, cv=cv)
-    pipe.fit(texts, y)
+    pipe.fit(as_matrix(fields), y)
     # TfidfVectorizer keeps every term pruned by max_features in ``stop_words_``: only
     # needed for introspection, and by far the largest part of a saved artifact.
-    for _, vec in pipe.named_steps["features"].transformer_list:
+    for _, vec, _ in pipe.named_steps["features"].transformers_:
         if hasattr(vec, "stop_words_"):
             delattr(vec, "stop_words_")
     return pipe
@@ -440,8 +467,9 @@ def train(
                 items = [items[i] for i in sorted(rng.choice(len(items), per, replace=False))]
             sub.extend(items)
         examples = sub
-    ood_masked = sorted({mask(e.text) for e in ood_raw} - {e.masked for e in examples})
-    texts = [e.masked for e in examples]
+    known = {e.masked for e in examples}
+    ood_fields = sorted({event_fields(e.text) for e in ood_raw if mask(e.text) not in known})
+    texts = [(e.key, e.masked) for e in examples]
     y = np.array([e.category for e in examples])
     groups = np.array([e.group for e in examples])
     counts = Counter(y.tolist())
@@ -466,10 +494,10 @@ def train(
         progress(f"threshold fold {k}/{len(inner)}: fit {len(a)}, predict {len(b)}")
         pipe = _fit(cfg, seed, [tr_texts[i] for i in a], tr_y[a], tr_g[a])
         cols = [classes.index(c) for c in pipe.classes_]
-        oof[np.ix_(b, cols)] = pipe.predict_proba([tr_texts[i] for i in b])
-        if ood_masked:
-            po = np.zeros((len(ood_masked), len(classes)))
-            po[:, cols] = pipe.predict_proba(ood_masked)
+        oof[np.ix_(b, cols)] = pipe.predict_proba(as_matrix([tr_texts[i] for i in b]))
+        if ood_fields:
+            po = np.zeros((len(ood_fields), len(classes)))
+            po[:, cols] = pipe.predict_proba(as_matrix(ood_fields))
             ood_fold.append(po)
     ood_oof = np.mean(ood_fold, axis=0) if ood_fold else None
     threshold, thr_info = choose_threshold(classes, oof, tr_y.tolist(), ood_oof)
@@ -480,11 +508,11 @@ def train(
     eval_pipe = _fit(cfg, seed, tr_texts, tr_y, tr_g)
     cols = [classes.index(c) for c in eval_pipe.classes_]
     te_proba = np.zeros((len(test_idx), len(classes)))
-    te_proba[:, cols] = eval_pipe.predict_proba([texts[i] for i in test_idx])
+    te_proba[:, cols] = eval_pipe.predict_proba(as_matrix([texts[i] for i in test_idx]))
     ood_te = None
-    if ood_masked:
-        ood_te = np.zeros((len(ood_masked), len(classes)))
-        ood_te[:, cols] = eval_pipe.predict_proba(ood_masked)
+    if ood_fields:
+        ood_te = np.zeros((len(ood_fields), len(classes)))
+        ood_te[:, cols] = eval_pipe.predict_proba(as_matrix(ood_fields))
     scores = _report(classes, y[test_idx].tolist(), te_proba, threshold, ood_te)
     progress(
         f"held-out macro-F1 {scores['macro_f1']:.4f} (no abstain "
@@ -498,7 +526,7 @@ def train(
     data = dumps_pipeline(final)
     model = TextModel.from_pipeline(final, threshold)
     t0 = time.perf_counter()
-    sample = texts[: min(200, len(texts))]
+    sample = [e.text for e in examples[: min(300, len(examples))]]
     for t in sample:
         model.predict(t)
     latency_ms = (time.perf_counter() - t0) / max(1, len(sample)) * 1000
@@ -527,7 +555,7 @@ def train(
             "examples": len(examples),
             "groups": int(len(set(groups.tolist()))),
             "families": len({e.family for e in examples}),
-            "ood_texts": len(ood_masked),
+            "ood_texts": len(ood_fields),
             "feedback": str(feedback) if feedback else None,
             "per_class": dict(sorted(counts.items())),
             "per_class_test": dict(sorted(test_counts.items())),
