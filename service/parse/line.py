@@ -71,9 +71,9 @@ _WRAPPERS = re.compile(
     r"(?:"
     r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d|UTC))?\]?[ \t]+(?:\|[ \t]+)?"  # ISO ts (+ viewer "| ")
     r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-@]+(?:\[\d+\])?: "  # syslog/journald
+    r"|\|?\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*\S+ - "  # loguru
     r"|[\w.\-]+(?:[-_]\d+)?[ \t]+\| "  # docker compose "vllm-1  | "
     r"|\[pod/[^\]]+\] "  # kubectl logs --prefix
-    r"|\|?\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*\S+ - "  # loguru
     r"|-?\s*[\w.<>]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "  # python logging default
     r"|\d{1,4}: "  # srun --label
     r")"
