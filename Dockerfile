@@ -1,0 +1,44 @@
+# vllm-sentinel: slim, non-root image.
+#   docker build -t vllm-sentinel .
+#   docker run -p 8080:8080 -p 24224:24224 -e SENTINEL_API__TOKEN=... vllm-sentinel
+# Configuration: SENTINEL_* environment variables (nested with "__", see
+# deploy/sentinel.example.yaml) and/or a YAML file mounted at /etc/vllm-sentinel/sentinel.yaml
+# and passed as `--config /etc/vllm-sentinel/sentinel.yaml` (the container's args).
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+# The build context is an allow-list (.dockerignore): pyproject, README, service/, rules/,
+# models/ (when trained). rules/ and models/ are found next to service/ at run time, so the
+# project is installed in place (editable) rather than copied into site-packages.
+COPY . /app
+RUN pip install -e /app \
+ && python -m compileall -q /app/service \
+ && groupadd --system --gid 10001 sentinel \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/vllm-sentinel \
+            --shell /usr/sbin/nologin sentinel \
+ && mkdir -p /var/lib/vllm-sentinel /etc/vllm-sentinel \
+ && chown 10001:10001 /var/lib/vllm-sentinel
+
+# Inside a container the listeners must bind beyond loopback. The API then refuses to start
+# without SENTINEL_API__TOKEN (or SENTINEL_ALLOW_UNAUTHENTICATED=1). SQLite is the
+# single-replica default; several replicas need SENTINEL_STORE__URL=postgresql://...
+ENV SENTINEL_API__HOST=0.0.0.0 \
+    SENTINEL_API__PORT=8080 \
+    SENTINEL_SOURCES__FORWARD__HOST=0.0.0.0 \
+    SENTINEL_STORE__URL=sqlite:////var/lib/vllm-sentinel/sentinel.db
+
+USER 10001:10001
+WORKDIR /var/lib/vllm-sentinel
+VOLUME ["/var/lib/vllm-sentinel"]
+EXPOSE 8080 24224
+
+# No curl in slim images: probe /healthz with the interpreter we already have.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('SENTINEL_API__PORT', '8080'), timeout=4)"]
+
+ENTRYPOINT ["vllm-sentinel", "serve"]
