@@ -85,26 +85,36 @@ def read_file(
     count = 0
     out: list[LogRecord] = []
     lineno = 0
+    push = joiner.push if joiner is not None else None
     try:
-        for raw in _lines(fh, max_line, source):
-            lineno += 1
-            text = _text(raw, source)
-            if text is None:
-                continue
-            records = decode_line(
-                text,
-                default,
-                fmt=fmt,
-                position=f"{prefix}{lineno}",
-                meta=meta,
-                source=source,
-                max_line=max_line,
-            )
-            if joiner is None:
-                out = records
-            else:
-                for rec in records:
-                    joiner.push(rec, out)
+        for block in _blocks(fh, max_line, source):
+            for raw in block:
+                lineno += 1
+                if b"\x00" in raw:
+                    text = _salvage(raw, source)
+                    if text is None:
+                        continue
+                else:
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        text = _salvage(raw, source)
+                        if text is None:
+                            continue
+                records = decode_line(
+                    text,
+                    default,
+                    fmt=fmt,
+                    position=f"{prefix}{lineno}",
+                    meta=meta,
+                    source=source,
+                    max_line=max_line,
+                )
+                if push is None:
+                    out.extend(records)
+                else:
+                    for rec in records:
+                        push(rec, out)
             if out:
                 count += len(out)
                 yield from out
@@ -134,8 +144,9 @@ def _maybe_gzip(fh: BinaryIO) -> BinaryIO:
     return fh
 
 
-def _lines(fh: BinaryIO, max_line: int, source: str) -> Iterator[bytes]:
-    """Physical lines without ``\\n``, never holding more than ``max_line`` bytes of one."""
+def _blocks(fh: BinaryIO, max_line: int, source: str) -> Iterator[list[bytes]]:
+    """Physical lines without ``\\n``, a block at a time, never holding more than
+    ``max_line`` bytes of one line."""
     carry = b""
     skipping = False
     read = fh.read
@@ -153,18 +164,23 @@ def _lines(fh: BinaryIO, max_line: int, source: str) -> Iterator[bytes]:
             block = carry + block
         lines = block.split(b"\n")
         carry = lines.pop()
-        for line in lines:
-            if len(line) > max_line:
-                metrics.reject(source, "oversize", f"line of {len(line)} bytes")
-                line = _cut(line, max_line)
-            yield line
+        if len(block) > max_line and lines and max(map(len, lines)) > max_line:
+            lines = [_bounded(line, max_line, source) for line in lines]
+        yield lines
         if len(carry) > max_line:
             metrics.reject(source, "oversize", f"line longer than {max_line} bytes")
-            yield _cut(carry, max_line)
+            yield [_cut(carry, max_line)]
             carry = b""
             skipping = True
     if carry:
-        yield carry
+        yield [carry]
+
+
+def _bounded(line: bytes, max_line: int, source: str) -> bytes:
+    if len(line) <= max_line:
+        return line
+    metrics.reject(source, "oversize", f"line of {len(line)} bytes")
+    return _cut(line, max_line)
 
 
 def _cut(data: bytes, limit: int) -> bytes:
@@ -175,8 +191,8 @@ def _cut(data: bytes, limit: int) -> bytes:
     return data[:i]
 
 
-def _text(raw: bytes, source: str) -> str | None:
-    """Decode one line; ``None`` for binary junk (counted)."""
+def _salvage(raw: bytes, source: str) -> str | None:
+    """Text of a line with NUL bytes or invalid UTF-8; ``None`` for binary junk (counted)."""
     if b"\x00" in raw:
         metrics.reject(source, "nul_bytes", repr(raw[:80]))
         raw = raw.replace(b"\x00", b"")
