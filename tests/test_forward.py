@@ -292,9 +292,10 @@ def test_unknown_shapes_are_skipped_and_the_connection_goes_on():
         await client.send([TAG, 42])  # too short for Message mode
         await client.send({"not": "an array"})
         await client.send([TAG, [[T0, "not a record"], [T0, record(ROUTES)], "junk"]])
-        await client.send([TAG, T0, record(STARTUP), {"chunk": "after"}])
+        await client.send([TAG.encode(), T0, record(STARTUP), {"chunk": "after"}])  # bin tag
         assert await client.receive() == {"ack": "after"}
         assert [r.text for r in sink.records] == [ROUTES, STARTUP]
+        assert sink.records[1].meta["tag"] == TAG
         assert rejects("forward", "bad_message") == bad_message + 2
         assert rejects("forward", "bad_entry") == bad_entry + 2
         await client.close()

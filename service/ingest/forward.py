@@ -227,10 +227,15 @@ class ForwardServer:
         """Decode one Forward message into ``out``; return its ``chunk`` option (or None)."""
         if message is None:
             return None  # heartbeat
-        if type(message) is not list or len(message) < 2 or type(message[0]) is not str:
+        if type(message) is not list or len(message) < 2:
             metrics.reject(self.source, "bad_message", repr(message)[:200])
             return None
         tag, second = message[0], message[1]
+        if type(tag) is not str:
+            if type(tag) is not bytes:
+                metrics.reject(self.source, "bad_message", repr(message)[:200])
+                return None
+            tag = tag.decode("utf-8", "replace")  # a client that packs the tag as bin
         kind = type(second)
         if kind is list:
             option = message[2] if len(message) > 2 else None
