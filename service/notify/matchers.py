@@ -1,0 +1,61 @@
+"""Label matchers shared by receiver routes and silences.
+
+A matcher set is ``{field: [values]}``: every field must match (AND), any value of a field
+(OR); values are exact or shell-style globs (``prod-*``). Fields: ``tier``, ``category``,
+``stage``, ``severity``, ``status``, ``namespace``, ``pod``, ``node``, ``container``,
+``stream``, ``incident`` (id), ``receiver`` (silences only) and ``label:<key>`` (Kubernetes
+pod labels).
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from typing import Any
+
+FIELDS = frozenset({"tier", "category", "stage", "severity", "status", "namespace", "pod",
+                    "node", "container", "stream", "incident", "receiver"})
+LABEL = "label:"
+
+
+def incident_labels(body: dict[str, Any]) -> dict[str, str]:
+    """The matchable view of an incident (``Incident.to_dict()``)."""
+    p = body.get("primary") or {}
+    meta = body.get("meta") or {}
+    view = {
+        "tier": p.get("tier"), "category": p.get("category"), "stage": p.get("stage"),
+        "severity": body.get("severity"), "status": body.get("status"),
+        "namespace": meta.get("namespace"), "pod": meta.get("pod"), "node": meta.get("node"),
+        "container": meta.get("container"), "stream": body.get("stream"),
+        "incident": body.get("id"),
+    }
+    out = {k: str(v) for k, v in view.items() if v not in (None, "")}
+    labels = meta.get("labels")
+    if isinstance(labels, dict):
+        for k, v in labels.items():
+            out[LABEL + str(k)] = str(v)
+    return out
+
+
+def matches(labels: dict[str, str], matchers: dict[str, list[str]]) -> bool:
+    for name, values in matchers.items():
+        have = labels.get(name)
+        if have is None or not any(v == have or fnmatchcase(have, v) for v in values):
+            return False
+    return True
+
+
+def validate(matchers: Any) -> dict[str, list[str]]:
+    """Normalise ``{field: value | [values]}``; ValueError names what is wrong."""
+    if not isinstance(matchers, dict) or not matchers:
+        raise ValueError("matchers must be a non-empty mapping of field to values")
+    out: dict[str, list[str]] = {}
+    for name, values in matchers.items():
+        name = str(name)
+        if name not in FIELDS and not (name.startswith(LABEL) and len(name) > len(LABEL)):
+            raise ValueError(f"unknown matcher field {name!r}")
+        if isinstance(values, str):
+            values = [values]
+        if not isinstance(values, list | tuple) or not values:
+            raise ValueError(f"matcher {name!r} needs at least one value")
+        out[name] = [str(v) for v in values]
+    return out

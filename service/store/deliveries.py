@@ -1,0 +1,161 @@
+"""Outbox → deliveries, and the delivery lease cycle (claim, complete, fail).
+
+Exactly-once bookkeeping: one outbox row per (incident, version), one delivery row per
+(event, receiver) — both unique constraints. A claim covers every pending delivery of one
+(incident, receiver) group and leases it to one instance: on PostgreSQL under a
+transaction-scoped advisory lock on the group plus ``FOR UPDATE SKIP LOCKED`` on the rows, on
+SQLite inside a ``BEGIN IMMEDIATE`` transaction. Rows leased to someone else are skipped until
+the lease expires (a crashed instance's claims are retried by another one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import exists, func, or_, select, text, update
+from sqlalchemy.engine import Connection
+
+from service.store.dialect import insert, skip_locked
+from service.store.engine import is_postgres
+from service.store.schema import deliveries, incidents, outbox
+
+# route(incident body, event kind, receivers already engaged with the incident)
+#   → [(receiver, status "pending" | "dropped", note)]
+Route = Callable[[dict[str, Any], str, set[str]], list[tuple[str, str, str | None]]]
+
+
+@dataclass(slots=True)
+class ClaimedEvent:
+    event_id: int
+    version: int
+    kind: str
+    created_at: float
+
+
+@dataclass
+class Claim:
+    """One message to send: the incident as it is now, covering ``events``."""
+
+    receiver: str
+    incident: dict[str, Any]  # Incident.to_dict(), current
+    version: int
+    delivery_ids: list[int]
+    events: list[ClaimedEvent] = field(default_factory=list)
+    attempts: int = 1  # including this one
+    first: bool = True  # nothing was sent to this receiver about the incident before
+    lease_until: float = 0.0
+
+
+def expand_outbox(conn: Connection, route: Route, now: float, limit: int) -> int:
+    """Turn up to ``limit`` new outbox events into delivery rows; returns events expanded."""
+    o = outbox.c
+    rows = conn.execute(
+        select(o.id, o.incident_id, o.version, o.kind, o.created_at, incidents.c.body)
+        .join(incidents, incidents.c.id == o.incident_id)
+        .where(o.expanded_at.is_(None)).order_by(o.id).limit(limit)
+        .with_for_update(of=outbox, **skip_locked(conn))
+    ).all()
+    for ev in rows:
+        engaged = set(conn.execute(
+            select(deliveries.c.receiver).distinct().where(
+                deliveries.c.incident_id == ev.incident_id,
+                deliveries.c.status.in_(("pending", "sent")))
+        ).scalars())
+        targets = route(ev.body, ev.kind, engaged)
+        if targets:
+            stmt = insert(conn, deliveries).on_conflict_do_nothing(
+                index_elements=[deliveries.c.event_id, deliveries.c.receiver])
+            conn.execute(stmt, [
+                {"event_id": ev.id, "incident_id": ev.incident_id, "version": ev.version,
+                 "receiver": name, "status": status, "attempts": 0,
+                 "next_attempt_at": ev.created_at, "last_error": note, "created_at": now}
+                for name, status, note in targets
+            ])
+    if rows:
+        conn.execute(update(outbox).where(o.id.in_([r.id for r in rows]))
+                     .values(expanded_at=now))
+    return len(rows)
+
+
+def claim(conn: Connection, receiver: str, instance: str, now: float, lease_s: float,
+          group_wait_s: float, limit: int) -> list[Claim]:
+    """Lease up to ``limit`` due (incident, receiver) groups. A group is due when a pending
+    delivery's ``next_attempt_at`` passed and the incident has been quiet for
+    ``group_wait_s`` (or its oldest pending delivery waited ten times that)."""
+    d, i = deliveries.c, incidents.c
+    free = or_(d.lease_until.is_(None), d.lease_until < now)
+    quiet = or_(i.changed_at <= now - group_wait_s, d.created_at <= now - 10 * group_wait_s)
+    due = conn.execute(
+        select(d.incident_id, func.min(d.next_attempt_at).label("due"))
+        .join(incidents, i.id == d.incident_id)
+        .where(d.receiver == receiver, d.status == "pending", d.next_attempt_at <= now, free,
+               quiet)
+        .group_by(d.incident_id).order_by(text("due")).limit(limit)
+    ).scalars().all()
+    pg = is_postgres(conn)
+    out: list[Claim] = []
+    for incident_id in due:
+        if pg and not conn.execute(
+            text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 0))"),
+            {"k": f"delivery:{incident_id}:{receiver}"},
+        ).scalar():
+            continue  # another instance is claiming this group right now
+        c = _claim_group(conn, incident_id, receiver, instance, now, lease_s)
+        if c is not None:
+            out.append(c)
+    return out
+
+
+def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: str,
+                 now: float, lease_s: float) -> Claim | None:
+    d = deliveries.c
+    rows = conn.execute(
+        select(d.id, d.event_id, d.version, d.attempts, d.lease_until, outbox.c.kind,
+               outbox.c.created_at)
+        .join(outbox, outbox.c.id == d.event_id)
+        .where(d.incident_id == incident_id, d.receiver == receiver, d.status == "pending")
+        .order_by(d.version)
+        .with_for_update(of=deliveries, **skip_locked(conn))
+    ).all()
+    if not rows or any(r.lease_until is not None and r.lease_until >= now for r in rows):
+        return None  # leased by another instance: it is sending this group
+    inc = conn.execute(select(incidents.c.version, incidents.c.body)
+                       .where(incidents.c.id == incident_id)).first()
+    if inc is None:
+        return None
+    covered = [r for r in rows if r.version <= inc.version]
+    if not covered:
+        return None
+    sent_before = conn.execute(select(exists().where(
+        d.incident_id == incident_id, d.receiver == receiver, d.status == "sent"))).scalar()
+    ids = [r.id for r in covered]
+    lease_until = now + lease_s
+    conn.execute(update(deliveries).where(d.id.in_(ids)).values(
+        leased_by=instance, lease_until=lease_until, attempts=d.attempts + 1))
+    return Claim(
+        receiver=receiver, incident=inc.body, version=int(inc.version), delivery_ids=ids,
+        events=[ClaimedEvent(int(r.event_id), int(r.version), r.kind, float(r.created_at))
+                for r in covered],
+        attempts=max(r.attempts for r in covered) + 1, first=not sent_before,
+        lease_until=lease_until,
+    )
+
+
+def finish(conn: Connection, ids: list[int], instance: str, *, status: str, now: float,
+           note: str | None = None, retry_at: float | None = None) -> int:
+    """End this instance's lease on ``ids``: ``sent`` / ``silenced`` / ``dropped``, or
+    ``pending`` again with ``retry_at``. Returns rows still leased by ``instance``."""
+    d = deliveries.c
+    values: dict[str, Any] = {"status": status, "leased_by": None, "lease_until": None,
+                              "last_error": note}
+    if status == "sent":
+        values["sent_at"] = now
+    if status == "pending":
+        values["next_attempt_at"] = retry_at if retry_at is not None else now
+    return conn.execute(
+        update(deliveries)
+        .where(d.id.in_(ids), d.leased_by == instance, d.status == "pending")
+        .values(**values)
+    ).rowcount

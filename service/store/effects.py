@@ -1,0 +1,67 @@
+"""What one processed batch changes, committed by :meth:`Store.commit_batch` in one
+transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+NOTIFIABLE = ("opened", "updated", "resolved")
+
+
+class StaleBatch(Exception):  # noqa: N818 - a condition, not an error
+    """A source position moved since the batch was read: another consumer applied it."""
+
+
+class DuplicateChunk(Exception):  # noqa: N818
+    """The forward chunk id was committed already (by this or another instance)."""
+
+
+@dataclass(slots=True)
+class IncidentWrite:
+    """One incident touched by the batch: its final state and its notifiable changes in
+    order (``opened`` / ``updated`` / ``resolved``; empty when only evidence was added)."""
+
+    body: dict[str, Any]  # Incident.to_dict()
+    summary: dict[str, Any]  # Incident.summary(), kept with each outbox event
+    kinds: list[str] = field(default_factory=list)
+    notify: bool = True  # False: bump the version but enqueue no outbox event
+
+
+@dataclass(slots=True)
+class PositionAdvance:
+    """Compare-and-set of a source position: ``expected`` is the applied offset the batch was
+    filtered against (None: none yet); the commit fails with :class:`StaleBatch` otherwise."""
+
+    source: str
+    partition: str
+    expected: int | None
+    position: int
+
+
+@dataclass
+class BatchEffects:
+    streams: dict[str, dict[str, Any]] = field(default_factory=dict)  # key → snapshot
+    incidents: list[IncidentWrite] = field(default_factory=list)
+    positions: list[PositionAdvance] = field(default_factory=list)
+    chunk_id: str | None = None
+    at: float = 0.0  # wall clock of the commit (outbox created_at, changed_at)
+    # filled in by commit_batch: incidents left untouched because they were resolved by
+    # hand (the pipeline drops them from its in-memory state)
+    skipped_incidents: set[str] = field(default_factory=set)
+
+    def __bool__(self) -> bool:
+        return bool(self.streams or self.incidents or self.positions or self.chunk_id)
+
+
+def collapse_kinds(kinds: list[str]) -> list[str]:
+    """Notifiable changes of one incident within a batch, one event each: ``updated`` right
+    after ``opened``/``updated`` adds nothing (messages render the current state)."""
+    out: list[str] = []
+    for kind in kinds:
+        if kind not in NOTIFIABLE:
+            continue
+        if kind == "updated" and out and out[-1] in ("opened", "updated"):
+            continue
+        out.append(kind)
+    return out

@@ -1,0 +1,1 @@
+"""Alembic migrations, run programmatically by :func:`service.store.migrate.upgrade`."""

@@ -1,0 +1,169 @@
+"""Read side: incidents, streams, positions and counters as plain dicts for the API."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.engine import Connection, RowMapping
+
+from service.classify.incident import Incident
+from service.store.schema import (
+    deliveries,
+    feedback,
+    forward_chunks,
+    incidents,
+    outbox,
+    source_positions,
+    streams,
+)
+
+FILTERS = ("tier", "category", "stage", "status", "severity", "namespace", "pod", "node",
+           "stream")
+MAX_LIMIT = 500
+
+
+def load_stream(conn: Connection, key: str) -> dict[str, Any] | None:
+    return conn.execute(select(streams.c.state).where(streams.c.key == key)).scalar()
+
+
+def applied_position(conn: Connection, source: str, partition: str) -> int | None:
+    t = source_positions.c
+    return conn.execute(
+        select(t.position).where(t.source == source, t.partition == partition)
+    ).scalar()
+
+
+def chunk_seen(conn: Connection, chunk_id: str) -> bool:
+    stmt = select(forward_chunks.c.chunk_id).where(forward_chunks.c.chunk_id == chunk_id)
+    return conn.execute(stmt).first() is not None
+
+
+def incident_view(row: RowMapping) -> dict[str, Any]:
+    """The summary plus what the API shows beside it."""
+    body = row["body"]
+    out = Incident.from_dict(body).summary()
+    out.update(
+        stream=row["stream"], namespace=row["namespace"], pod=row["pod"], node=row["node"],
+        updated_at=row["updated_at"], version=row["version"], meta=body.get("meta") or {},
+        facts=body.get("facts") or {}, timeline=body.get("timeline") or {},
+    )
+    return out
+
+
+def get_incident(conn: Connection, incident_id: str) -> dict[str, Any] | None:
+    row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).mappings().first()
+    if row is None:
+        return None
+    out = incident_view(row)
+    d = deliveries.c
+    out["deliveries"] = [
+        {"receiver": r.receiver, "version": r.version, "kind": r.kind, "status": r.status,
+         "attempts": r.attempts, "sent_at": r.sent_at, "next_attempt_at": r.next_attempt_at,
+         "last_error": r.last_error}
+        for r in conn.execute(
+            select(d.receiver, d.version, outbox.c.kind, d.status, d.attempts, d.sent_at,
+                   d.next_attempt_at, d.last_error)
+            .join(outbox, outbox.c.id == d.event_id)
+            .where(d.incident_id == incident_id).order_by(d.version, d.receiver)
+        )
+    ]
+    out["feedback"] = [
+        _feedback(r) for r in conn.execute(
+            select(feedback).where(feedback.c.incident_id == incident_id)
+            .order_by(feedback.c.id)).mappings()
+    ]
+    return out
+
+
+def list_incidents(conn: Connection, filters: dict[str, str | None], since: float | None,
+                   limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first (by ``opened_at``, then id), keyset-paginated; ``since`` keeps incidents
+    opened at or after it."""
+    t = incidents.c
+    stmt = select(incidents)
+    for name in FILTERS:
+        value = filters.get(name)
+        if value is not None:
+            stmt = stmt.where(getattr(t, name) == value)
+    if since is not None:
+        stmt = stmt.where(t.opened_at >= since)
+    if cursor:
+        opened, last_id = _decode_cursor(cursor)
+        stmt = stmt.where(or_(t.opened_at < opened, and_(t.opened_at == opened, t.id < last_id)))
+    limit = max(1, min(int(limit), MAX_LIMIT))
+    rows = conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit + 1)
+                        ).mappings().all()
+    items = [incident_view(r) for r in rows[:limit]]
+    nxt = _encode_cursor(rows[limit - 1]["opened_at"], rows[limit - 1]["id"]) \
+        if len(rows) > limit else None
+    return items, nxt
+
+
+def stream(conn: Connection, key: str) -> dict[str, Any] | None:
+    row = conn.execute(select(streams).where(streams.c.key == key)).mappings().first()
+    if row is None:
+        return None
+    st = row["state"]
+    open_ids = conn.execute(
+        select(incidents.c.id).where(incidents.c.stream == key, incidents.c.status == "open")
+        .order_by(incidents.c.opened_at)
+    ).scalars().all()
+    return {
+        "stream": key, "status": st.get("status"), "stage": st.get("stage"),
+        "timeline": st.get("timeline") or {}, "facts": st.get("facts") or {},
+        "meta": st.get("meta") or {}, "run": st.get("run", 0),
+        "runs_failed": st.get("runs_failed", 0), "lines": st.get("seq", 0),
+        "last_line": st.get("last_line", ""), "last_time": st.get("last_time"),
+        "updated_at": row["updated_at"], "open_incidents": list(open_ids),
+    }
+
+
+def stats(conn: Connection) -> dict[str, Any]:
+    t = incidents.c
+
+    def counts(col: Any, table: Any = incidents) -> dict[str, int]:
+        return {str(k): int(n) for k, n in
+                conn.execute(select(col, func.count()).select_from(table).group_by(col))}
+
+    by_status = counts(t.status)
+    return {
+        "incidents_total": sum(by_status.values()),
+        "incidents_open": by_status.get("open", 0),
+        "incidents_by_status": by_status,
+        "incidents_by_tier": counts(t.tier),
+        "incidents_by_category": counts(t.category),
+        "incidents_by_severity": counts(t.severity),
+        "deliveries_by_status": counts(deliveries.c.status, deliveries),
+        "outbox_pending": int(conn.execute(
+            select(func.count()).select_from(outbox).where(outbox.c.expanded_at.is_(None))
+        ).scalar_one()),
+        "streams": int(conn.execute(select(func.count()).select_from(streams)).scalar_one()),
+    }
+
+
+def count_open(conn: Connection) -> int:
+    return int(conn.execute(
+        select(func.count()).select_from(incidents).where(incidents.c.status == "open")
+    ).scalar_one())
+
+
+def _feedback(r: RowMapping) -> dict[str, Any]:
+    return {"id": r["id"], "incident_id": r["incident_id"], "correct": bool(r["correct"]),
+            "category": r["category"], "comment": r["comment"], "created_at": r["created_at"]}
+
+
+def _encode_cursor(opened_at: float, incident_id: str) -> str:
+    raw = json.dumps([opened_at, incident_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        opened, incident_id = json.loads(raw)
+        return float(opened), str(incident_id)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"invalid cursor {cursor!r}") from exc

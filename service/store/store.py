@@ -1,0 +1,158 @@
+"""``Store``: durable incidents, stream snapshots, positions, outbox and deliveries behind one
+small API (SQLite or PostgreSQL, chosen by URL)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from service.store import annotations, deliveries, queries, writes
+from service.store.deliveries import Claim, Route
+from service.store.effects import BatchEffects
+from service.store.engine import is_postgres, make_engine
+from service.store.migrate import upgrade
+
+
+class Store:
+    """Thread-safe; every method is one short transaction."""
+
+    def __init__(self, url: str, pool_size: int = 5,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.url = url
+        self.engine = make_engine(url, pool_size)
+        self.clock = clock
+
+    @property
+    def is_postgres(self) -> bool:
+        return is_postgres(self.engine)
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def migrate(self) -> None:
+        upgrade(self.engine)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.connect().execution_options(write=True) as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    # ---- pipeline --------------------------------------------------------------------
+    def load_stream(self, key: str) -> dict[str, Any] | None:
+        with self._read() as conn:
+            return queries.load_stream(conn, key)
+
+    def applied_position(self, source: str, partition: str) -> int | None:
+        with self._read() as conn:
+            return queries.applied_position(conn, source, partition)
+
+    def chunk_seen(self, chunk_id: str) -> bool:
+        with self._read() as conn:
+            return queries.chunk_seen(conn, chunk_id)
+
+    def commit_batch(self, effects: BatchEffects) -> None:
+        """One transaction: chunk id, positions (compare-and-set), stream snapshots,
+        incidents (version bumps), outbox events. Raises ``DuplicateChunk`` /
+        ``StaleBatch`` (nothing written) when the batch was applied already."""
+        if not effects.at:
+            effects.at = self.clock()
+        effects.skipped_incidents.clear()
+        with self._write() as conn:
+            writes.commit_batch(conn, effects)
+
+    def prune(self, chunks_older_than_s: float = 86_400.0) -> int:
+        with self._write() as conn:
+            return writes.prune_chunks(conn, self.clock() - chunks_older_than_s)
+
+    # ---- incidents and streams -------------------------------------------------------
+    def get_incident(self, id: str) -> dict[str, Any] | None:  # noqa: A002 - API name
+        with self._read() as conn:
+            return queries.get_incident(conn, id)
+
+    def list_incidents(
+        self, *, tier: str | None = None, category: str | None = None,
+        stage: str | None = None, status: str | None = None, severity: str | None = None,
+        namespace: str | None = None, pod: str | None = None, node: str | None = None,
+        stream: str | None = None, since: float | None = None, limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """Newest first; pass the returned cursor back for the next page (None: last page).
+        ValueError for a malformed cursor."""
+        filters = {"tier": tier, "category": category, "stage": stage, "status": status,
+                   "severity": severity, "namespace": namespace, "pod": pod, "node": node,
+                   "stream": stream}
+        with self._read() as conn:
+            return queries.list_incidents(conn, filters, since, limit, cursor)
+
+    def resolve_incident(self, id: str, reason: str, at: float) -> dict[str, Any] | None:  # noqa: A002
+        """Resolve by hand (enqueues the ``resolved`` notification once); None: unknown id."""
+        with self._write() as conn:
+            if writes.resolve_incident(conn, id, reason, at) is None:
+                return None
+        return self.get_incident(id)
+
+    def stream(self, key: str) -> dict[str, Any] | None:
+        with self._read() as conn:
+            return queries.stream(conn, key)
+
+    def stats(self) -> dict[str, Any]:
+        with self._read() as conn:
+            return queries.stats(conn)
+
+    def count_open(self) -> int:
+        with self._read() as conn:
+            return queries.count_open(conn)
+
+    # ---- silences and feedback -------------------------------------------------------
+    def create_silence(self, matchers: dict[str, list[str]], ends_at: float, created_by: str,
+                       comment: str, starts_at: float | None = None) -> dict[str, Any]:
+        """ValueError for unknown matcher fields, empty matchers or an empty window."""
+        now = self.clock()
+        with self._write() as conn:
+            return annotations.create_silence(conn, matchers, now if starts_at is None
+                                              else starts_at, ends_at, created_by, comment, now)
+
+    def list_silences(self, active_only: bool = False) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            return annotations.list_silences(conn, self.clock(), active_only)
+
+    def delete_silence(self, id: str) -> bool:  # noqa: A002
+        with self._write() as conn:
+            return annotations.delete_silence(conn, id)
+
+    def add_feedback(self, incident_id: str, correct: bool, category: str | None,
+                     comment: str | None) -> dict[str, Any] | None:
+        with self._write() as conn:
+            return annotations.add_feedback(conn, incident_id, correct, category, comment,
+                                            self.clock())
+
+    def list_feedback(self) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            return annotations.list_feedback(conn)
+
+    # ---- dispatcher ------------------------------------------------------------------
+    def expand_outbox(self, route: Route, limit: int = 200) -> int:
+        with self._write() as conn:
+            return deliveries.expand_outbox(conn, route, self.clock(), limit)
+
+    def claim_deliveries(self, receiver: str, instance: str, *, lease_s: float,
+                         group_wait_s: float, limit: int = 10) -> list[Claim]:
+        with self._write() as conn:
+            return deliveries.claim(conn, receiver, instance, self.clock(), lease_s,
+                                    group_wait_s, limit)
+
+    def finish_deliveries(self, ids: list[int], instance: str, *, status: str,
+                          note: str | None = None, retry_at: float | None = None) -> int:
+        with self._write() as conn:
+            return deliveries.finish(conn, ids, instance, status=status, now=self.clock(),
+                                     note=note, retry_at=retry_at)

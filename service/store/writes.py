@@ -1,0 +1,150 @@
+"""The pipeline's write path: one batch's effects in one transaction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.engine import Connection
+
+from service.classify.incident import Incident
+from service.store.dialect import insert
+from service.store.effects import BatchEffects, DuplicateChunk, StaleBatch
+from service.store.schema import forward_chunks, incidents, outbox, source_positions, streams
+
+
+def commit_batch(conn: Connection, eff: BatchEffects) -> None:
+    """Write ``eff`` on ``conn`` (inside the caller's transaction). Raises
+    :class:`DuplicateChunk` / :class:`StaleBatch` (the caller rolls back) when the batch was
+    applied already."""
+    now = eff.at
+    if eff.chunk_id is not None:
+        stmt = insert(conn, forward_chunks).values(chunk_id=eff.chunk_id, seen_at=now)
+        if conn.execute(stmt.on_conflict_do_nothing()).rowcount == 0:
+            raise DuplicateChunk(eff.chunk_id)
+    for p in eff.positions:
+        _advance(conn, p.source, p.partition, p.expected, p.position, now)
+    if eff.streams:
+        stmt = insert(conn, streams)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[streams.c.key],
+            set_={"state": stmt.excluded.state, "status": stmt.excluded.status,
+                  "stage": stmt.excluded.stage, "updated_at": stmt.excluded.updated_at},
+        )
+        conn.execute(stmt, [
+            {"key": key, "state": state, "status": state.get("status"),
+             "stage": state.get("stage"), "updated_at": now}
+            for key, state in eff.streams.items()
+        ])
+    for w in eff.incidents:
+        version = _upsert_incident(conn, w.body, len(w.kinds), now)
+        if version is None:
+            eff.skipped_incidents.add(w.body["id"])
+            continue
+        if w.kinds and w.notify:
+            first = version - len(w.kinds) + 1
+            stmt = insert(conn, outbox).on_conflict_do_nothing(
+                index_elements=[outbox.c.incident_id, outbox.c.version])
+            conn.execute(stmt, [
+                {"incident_id": w.body["id"], "version": first + i, "kind": kind,
+                 "created_at": now, "snapshot": w.summary}
+                for i, kind in enumerate(w.kinds)
+            ])
+
+
+def _advance(conn: Connection, source: str, partition: str, expected: int | None,
+             position: int, now: float) -> None:
+    if expected is None:
+        stmt = insert(conn, source_positions).values(
+            source=source, partition=partition, position=position, updated_at=now)
+        done = conn.execute(stmt.on_conflict_do_nothing()).rowcount
+    else:
+        t = source_positions.c
+        done = conn.execute(
+            update(source_positions)
+            .where(t.source == source, t.partition == partition, t.position == expected)
+            .values(position=position, updated_at=now)
+        ).rowcount
+    if done == 0:
+        raise StaleBatch(f"{source} {partition}: expected applied offset {expected}")
+
+
+def incident_columns(body: dict[str, Any], now: float) -> dict[str, Any]:
+    p = body["primary"]
+    meta = body.get("meta") or {}
+    status = body.get("status", "open")
+    return {
+        "id": body["id"], "stream": body["stream"], "status": status,
+        "severity": body.get("severity", "critical"), "tier": p["tier"],
+        "category": p["category"], "stage": p["stage"],
+        "namespace": _opt(meta.get("namespace")), "pod": _opt(meta.get("pod")),
+        "node": _opt(meta.get("node")),
+        "opened_at": _num(body.get("opened_at"), now),
+        "updated_at": _num(body.get("updated_at"), now),
+        "resolved_at": (_num(body.get("resolved_at"), now) if status == "resolved" else None),
+        "body": body,
+    }
+
+
+def _upsert_incident(conn: Connection, body: dict[str, Any], bump: int,
+                     now: float) -> int | None:
+    """Insert or update; the version grows by ``bump``. None when the stored incident is
+    resolved already (resolved by hand: the classifier's later changes are ignored)."""
+    cols = incident_columns(body, now)
+    stmt = insert(conn, incidents).values(**cols, version=bump, changed_at=now)
+    t = incidents.c
+    keep = {"id", "opened_at"}
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[t.id],
+        set_={
+            **{k: getattr(stmt.excluded, k) for k in cols if k not in keep},
+            "version": t.version + bump,
+            "changed_at": now if bump else t.changed_at,
+        },
+        where=t.status != "resolved",
+    ).returning(t.version)
+    row = conn.execute(stmt).first()
+    return None if row is None else int(row[0])
+
+
+def prune_chunks(conn: Connection, before: float) -> int:
+    return conn.execute(delete(forward_chunks).where(forward_chunks.c.seen_at < before)).rowcount
+
+
+def _opt(v: Any) -> str | None:
+    return str(v) if v not in (None, "") else None
+
+
+def _num(v: Any, default: float) -> float:
+    return float(v) if isinstance(v, int | float) else default
+
+
+def resolve_incident(conn: Connection, incident_id: str, reason: str, at: float) -> bool | None:
+    """Resolve by hand: new version + ``resolved`` outbox event, and the incident leaves its
+    stream's snapshot. None: unknown id; False: it was resolved already."""
+    t = incidents.c
+    row = conn.execute(
+        select(t.version, t.status, t.stream, t.body).where(t.id == incident_id)
+        .with_for_update()
+    ).first()
+    if row is None:
+        return None
+    if row.status == "resolved":
+        return False
+    body = dict(row.body)
+    body.update(status="resolved", resolved_at=at, resolution=reason,
+                extra={**(body.get("extra") or {}), "resolved_by": "api"})
+    version = int(row.version) + 1
+    conn.execute(update(incidents).where(t.id == incident_id).values(
+        status="resolved", resolved_at=at, updated_at=at, changed_at=at, version=version,
+        body=body))
+    conn.execute(insert(conn, outbox).values(
+        incident_id=incident_id, version=version, kind="resolved", created_at=at,
+        snapshot=Incident.from_dict(body).summary()))
+    state = conn.execute(select(streams.c.state).where(streams.c.key == row.stream)
+                         .with_for_update()).scalar()
+    if state and any(i.get("id") == incident_id for i in state.get("incidents", [])):
+        state = dict(state)
+        state["incidents"] = [i for i in state["incidents"] if i.get("id") != incident_id]
+        conn.execute(update(streams).where(streams.c.key == row.stream).values(state=state))
+    return True
