@@ -8,10 +8,12 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.ingest.files import read_file, read_files
+from service.ingest.timestamps import parse_rfc3339
 from tests.ingest_samples import (
     CONTAINER_ID,
     ENGINE_FAILED,
@@ -199,3 +201,27 @@ def test_random_binary_lines_are_rejected_not_read(tmp_path, data):
     records = list(read_file(str(path)))
     # Random bytes are almost all junk; whatever survives is valid text.
     assert sum(len(r.text) for r in records) < len(blob) / 2
+
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+
+
+@pytest.mark.parametrize(
+    "cri_path", sorted(REAL.glob("*.cri.log")), ids=lambda p: p.name.removesuffix(".cri.log")
+)
+def test_real_vllm_cri_captures_decode_to_the_plain_log(cri_path):
+    base = cri_path.name.removesuffix(".cri.log")
+    meta = json.loads((REAL / f"{base}.meta.json").read_text())
+    plain = (REAL / f"{base}.log").read_bytes().decode("utf-8", "replace").split("\n")
+    if plain[-1] == "":
+        plain.pop()
+    records = list(read_file(str(cri_path)))
+    assert [r.text for r in records] == plain  # \r, ANSI and tqdm bars untouched
+    assert len(records) == meta["lines"]
+    assert sum(r.meta["fd"] == "stdout" for r in records) == meta["stdout_lines"]
+    assert sum(r.meta["fd"] == "stderr" for r in records) == meta["stderr_lines"]
+    times = [r.time for r in records]
+    assert times == sorted(times)
+    start = parse_rfc3339(meta["started"])
+    end = parse_rfc3339(meta["ended"])
+    assert start <= times[0] and times[-1] <= end

@@ -62,7 +62,7 @@ def decode_line(
     """
     if line.endswith("\n"):
         line = line[:-1]
-    if fmt == Format.AUTO:
+    if fmt is Format.AUTO or fmt == Format.AUTO:
         first = line[:1]
         if first == "{":
             obj = _json_dict(line)
