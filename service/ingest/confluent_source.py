@@ -1,0 +1,157 @@
+"""The confluent-kafka (librdkafka) backend of :class:`~service.ingest.kafka_source.KafkaSourceBase`.
+
+Selected by ``client: confluent-kafka`` (install the ``confluent`` extra). Same contract as the
+kafka-python backend: ``enable.auto.commit`` and ``enable.auto.offset.store`` off,
+``consume(num_messages=max_poll_records)`` batches, ``commit(offsets=..., asynchronous=False)``
+only after the handler returned, ``on_assign`` / ``on_revoke`` / ``on_lost`` callbacks (served
+inside ``consume``/``close`` on the consuming thread, so the revoke callback can commit
+synchronously).
+
+``extra`` holds librdkafka properties (``fetch.wait.max.ms``, ``partition.assignment.strategy``
+...); underscores are read as dots, so ``heartbeat_interval_ms`` means ``heartbeat.interval.ms``
+and one ``extra`` can often serve both backends. librdkafka requires ``max.poll.interval.ms``
+>= ``session.timeout.ms``; the smaller value is raised to match.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from service.config import KafkaSettings
+from service.ingest.kafka_source import (
+    Handler,
+    KafkaSourceBase,
+    Message,
+    Partition,
+    PartitionCallback,
+    _describe,
+    default_client_id,
+    heartbeat_interval_ms,
+)
+
+log = logging.getLogger(__name__)
+
+
+def confluent_config(settings: KafkaSettings) -> dict[str, Any]:
+    """librdkafka consumer properties for ``settings`` (``extra`` wins)."""
+    cfg: dict[str, Any] = {
+        "bootstrap.servers": settings.bootstrap,
+        "group.id": settings.group,
+        "client.id": default_client_id(),
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": settings.auto_offset_reset,
+        "session.timeout.ms": settings.session_timeout_ms,
+        "heartbeat.interval.ms": heartbeat_interval_ms(settings),
+        "max.poll.interval.ms": max(settings.max_poll_interval_ms, settings.session_timeout_ms),
+        "security.protocol": settings.security_protocol,
+    }
+    if settings.sasl_mechanism:
+        cfg["sasl.mechanism"] = settings.sasl_mechanism
+    if settings.sasl_username is not None:
+        cfg["sasl.username"] = settings.sasl_username
+    if settings.sasl_password is not None:
+        cfg["sasl.password"] = settings.sasl_password
+    if settings.ssl_cafile:
+        cfg["ssl.ca.location"] = settings.ssl_cafile
+    if settings.ssl_certfile:
+        cfg["ssl.certificate.location"] = settings.ssl_certfile
+    if settings.ssl_keyfile:
+        cfg["ssl.key.location"] = settings.ssl_keyfile
+    for key, value in settings.extra.items():
+        cfg[key.replace("_", ".")] = value
+    return cfg
+
+
+class ConfluentKafkaSource(KafkaSourceBase):
+    """confluent-kafka backend; same constructor and behaviour as
+    :class:`~service.ingest.kafka_source.KafkaSource`."""
+
+    client_name = "confluent-kafka"
+
+    def __init__(self, settings: KafkaSettings, handler: Handler,
+                 on_revoked: PartitionCallback | None = None,
+                 on_assigned: PartitionCallback | None = None, **kwargs: Any) -> None:
+        super().__init__(settings, handler, on_revoked, on_assigned, **kwargs)
+        self._consumer: Any = None
+
+    def _open(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(confluent_config(self.settings), logger=log)
+        consumer.subscribe(
+            list(self.settings.topics),
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        self._consumer = consumer
+        log.info("kafka(confluent-kafka): consuming %s as group %s from %s",
+                 ", ".join(self.settings.topics), self.settings.group, self.settings.bootstrap)
+
+    # callbacks run inside consume()/close() on this thread
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self._partitions_assigned([(p.topic, p.partition) for p in partitions])
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        tps = [Partition(p.topic, p.partition) for p in partitions]
+        targets = self._commit_targets(tps)
+        if targets:
+            try:
+                self._commit(targets)
+                self._mark_committed(targets)
+            except Exception as exc:
+                log.warning("kafka(confluent-kafka): commit on revoke of %s failed: %s",
+                            _describe(targets), exc)
+        self._partitions_revoked(tps)
+
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        self._partitions_revoked([(p.topic, p.partition) for p in partitions], lost=True)
+
+    def _poll(self, timeout_s: float, max_records: int) -> list[Message]:
+        from confluent_kafka import KafkaError, KafkaException
+
+        messages = self._consumer.consume(num_messages=max_records, timeout=timeout_s)
+        out: list[Message] = []
+        for m in messages:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning("kafka(confluent-kafka): %s", err)
+                continue
+            out.append((m.topic(), m.partition(), m.offset(), m.key(), m.value()))
+        return out
+
+    def _commit(self, offsets: dict[Partition, int]) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        result = self._consumer.commit(
+            offsets=[TopicPartition(tp.topic, tp.partition, off) for tp, off in offsets.items()],
+            asynchronous=False,
+        )
+        errors = [p for p in result or () if p.error is not None]
+        if errors:
+            raise KafkaException(errors[0].error)
+
+    def _seek(self, tp: Partition, offset: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+    def _end_offset(self, tp: Partition) -> int | None:
+        from confluent_kafka import TopicPartition
+
+        ctp = TopicPartition(tp.topic, tp.partition)
+        _low, high = self._consumer.get_watermark_offsets(ctp, timeout=2.0, cached=True)
+        if high is None or high < 0:
+            _low, high = self._consumer.get_watermark_offsets(ctp, timeout=2.0)
+        return high
+
+    def _close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()  # serves on_revoke (which commits what is done) and leaves
