@@ -85,8 +85,15 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
     "enginecore-killed-while-serving": (
         "capacity", "host_memory", "serving",
         "Like worker-killed-while-serving, but SIGKILL to the `VLLM::EngineCore` process "
-        "with long generations in flight (OOM-killer stand-in). The API server notices the "
-        "dead engine core process; see the log for the exact cascade."),
+        "with 3 long generations in flight (OOM-killer stand-in). Hard case: there is NO "
+        "ERROR naming the death except the cascade. The only specific line is the WARNING "
+        "`(APIServer pid=N) WARNING ... [core_client.py:817] [shutdown] MPClient: engine core "
+        "exited unexpectedly; starting cleanup` - tagged [shutdown] like orderly-stop noise. "
+        "Then `[shutdown] MPClient: ...` INFO lines, the same `AsyncLLM output_handler "
+        "failed` / EngineDeadError traceback as an orderly stop, `(Worker pid=N) INFO ... "
+        "Parent process exited, terminating worker queues`, HTTP 500 access lines, uvicorn "
+        "shutdown and exit code 0. What separates it from an orderly stop: no `[shutdown] "
+        "API server: shutdown triggered` (no signal), `exited unexpectedly`, and the 500s."),
     "model-unavailable-offline": (
         "other", "model_unavailable", "cuda_init",
         "`vllm serve some-org/missing-model` with HF_HUB_OFFLINE=1 and an empty cache: right "
@@ -169,6 +176,66 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "VLLM_CPU_OMP_THREADS_BIND: `AssertionError: Not enough allowed NUMA nodes to bind "
         "threads of 2 local CPUWorkers...` while setting up the workers. Fix is an env "
         "setting (VLLM_CPU_OMP_THREADS_BIND) => config_error."),
+    "port-in-use": (
+        "other", "config_error", "cuda_init",
+        "Another process already listens on 0.0.0.0:8000. Right after `non-default args` an "
+        "uncaught, unprefixed traceback from setup_server -> create_server_socket ending in "
+        "`OSError: [Errno 98] Address already in use`; exit 1, ~10 s after start (the socket "
+        "is bound before the engine starts). Stage cuda_init (before engine configuration, "
+        "corpus convention). A deployment/port conflict -> config_error."),
+    "trust-remote-code-required": (
+        "other", "config_error", "distributed_init",
+        "Local model whose config.json has an auto_map to custom code, started without "
+        "--trust-remote-code. First failure lines are logged ERRORs from the APIServer, "
+        "multi-line (continuation lines end in CR): `ERROR ... [repo_utils.py:126] Error parsing config for "
+        "/tmp/vllm-models/tiny-remote-code: The repository ... contains custom code which "
+        "must be executed to correctly load the model. ...` / `Please pass the argument "
+        "`trust_remote_code=True` to allow custom code to be run., retrying 1 of 2`, again "
+        "from repo_utils.py:124, then an uncaught traceback through create_engine_config -> "
+        "create_model_config ending in `pydantic_core._pydantic_core.ValidationError: 1 "
+        "validation error for ModelConfig` / `Value error, The repository ... contains custom "
+        "code ...`. Exit 1. Stage: engine configuration (create_engine_config) = "
+        "distributed_init, as for the other ModelConfig validation errors here, although no "
+        "engine-configuration INFO line was printed before the first ERROR."),
+    "tokenizer-missing": (
+        "other", "model_unavailable", "distributed_init",
+        "Local model directory with config + weights but no tokenizer files. Engine "
+        "configuration completes (`Resolved architecture`, `Using max model len 1024`), then "
+        "AsyncLLM builds the renderer/tokenizer and an uncaught traceback ends in "
+        "`ValueError: Couldn't instantiate the backend tokenizer from one of: ` / `(1) a "
+        "`tokenizers` library serialization file, ` ... `You need to have sentencepiece or "
+        "tiktoken installed to convert a slow tokenizer to a fast one.` - misleading: "
+        "sentencepiece and tiktoken ARE installed; the files are missing. Labelled "
+        "model_unavailable (incomplete local model), arguably config_error (--tokenizer "
+        "pointing elsewhere fixes it). Stage: after engine configuration, before the engine "
+        "core process starts -> distributed_init."),
+    "kv-cache-space-exceeds-ram": (
+        "capacity", "oom_kv_cache", "kv_cache_init",
+        "VLLM_CPU_KVCACHE_SPACE=64 on a host with ~22 GiB: after model load and the warm-up "
+        "compile, (Worker) ERROR `WorkerProc hit an exception.` (traceback printed twice) "
+        "from cpu_worker.determine_available_memory ending in `ValueError: Available memory "
+        "on node 0 (9.64/11.84 GiB) on kv cache allocation is less than requested memory for "
+        "kv (64.0 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce "
+        "CPU memory used by other processes.`, then EngineCore `EngineCore failed to start.` "
+        "and the APIServer `Engine core initialization failed` cascade. vLLM's own preflight "
+        "check, the CPU analogue of 'No available memory for the cache blocks' -> "
+        "oom_kv_cache (nothing was OOM-killed)."),
+    "dev-shm-too-small": (
+        "capacity", "host_memory", "distributed_init",
+        "/dev/shm is a 256 KiB tmpfs (`unshare --mount` + `mount -t tmpfs -o size=256k`; the "
+        "mount command itself prints nothing). EngineCore prints `DP group leader: ... "
+        "world_size=1, local_world_size=1`, then while the executor creates its shared-memory "
+        "message queue: `EngineCore failed to start.` traceback through _init_executor -> "
+        "shm_broadcast ... check_shm_free_space ending in `RuntimeError: Insufficient space "
+        "in /dev/shm for shared-memory allocation: 160 MiB required, 0 MiB free. Increase "
+        "/dev/shm (e.g. --shm-size or --ipc=host).`, the unprefixed `Process EngineCore:` "
+        "traceback, and the APIServer `RuntimeError: Engine core initialization failed. See "
+        "root cause above. Failed core proc(s): {}` (empty dict this time). Exit 1."),
+    "dev-shm-docker-default-64m": (
+        "capacity", "host_memory", "distributed_init",
+        "As dev-shm-too-small but /dev/shm is 64 MiB, Docker's default --shm-size: the same "
+        "vLLM preflight `RuntimeError: Insufficient space in /dev/shm for shared-memory "
+        "allocation: 160 MiB required, N MiB free. ...` (see the log for N)."),
     "stall-multinode-no-peer": (
         "integration", "internode_network", "distributed_init",
         "stall: no error line; detected only by stall detection. --tensor-parallel-size 2 "

@@ -222,16 +222,25 @@ def drive_first_request(wait_after: float = 60):
     return run
 
 
-def drive_stall(first: str, silence: float = 90, timeout: float = 420):
+def drive_stall(first: str, silence: float = 90, timeout: float = 420,
+                sig: int = signal.SIGKILL):
+    """Wait for ``first``, then for ``silence`` s without output; then SIGKILL the whole
+    group (log just stops) or send ``sig`` to the main process (kubelet-style SIGTERM;
+    finish() SIGKILLs the group after the grace period)."""
     def run(cap: Capture) -> None:
         if not cap.wait_for(first, 300):
             cap.note(f"never saw {first!r}")
         deadline = time.time() + timeout
         while cap.alive() and time.time() < deadline:
             if cap.seconds_silent() > silence:
-                cap.note(f"no output for {silence:.0f} s: stall; SIGKILL the group "
-                         "(as a liveness/startup-probe kill after the grace period)")
-                cap.kill_group(signal.SIGKILL)
+                if sig == signal.SIGKILL:
+                    cap.note(f"no output for {silence:.0f} s: stall; SIGKILL the group "
+                             "(as a liveness/startup-probe kill after the grace period)")
+                    cap.kill_group(signal.SIGKILL)
+                else:
+                    cap.note(f"no output for {silence:.0f} s: stall; "
+                             f"{signal.Signals(sig).name} to the main process")
+                    cap.send_signal(sig)
                 return
             time.sleep(1)
         cap.send_signal(signal.SIGTERM)
@@ -341,6 +350,14 @@ SCENARIOS: dict[str, dict] = {
         drive=drive_stall(r"world_size=2 rank=0", silence=90),
         what="2-node TP2 with no second node: rendezvous waits forever; killed after 90 s "
              "of silence"),
+    "stall-multinode-no-peer-sigterm": dict(
+        cmd=serve(M, "--max-model-len", "1024", "--tensor-parallel-size", "2",
+                  "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
+                  "--master-port", "29556"),
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+        drive=drive_stall(r"world_size=2 rank=0", silence=90, sig=signal.SIGTERM),
+        what="as stall-multinode-no-peer, but after 90 s of silence SIGTERM goes to the main "
+             "process (what kubelet does first), SIGKILL to the group 90 s later if needed"),
 }
 
 
@@ -399,10 +416,16 @@ EXTRA: dict[str, dict] = {
         env={},
         drive=drive_first_request(wait_after=40),
         what="/dev/shm is a 256 KiB tmpfs (private mount namespace)"),
+    "dev-shm-docker-default-64m": dict(
+        cmd=tiny_shm("64m", serve(M, "--max-model-len", "1024")),
+        model=M,
+        env={},
+        drive=drive_first_request(wait_after=40),
+        what="/dev/shm is a 64 MiB tmpfs, Docker's default --shm-size (private mount namespace)"),
     "rlimit-as-kv-alloc": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_CPU_KVCACHE_SPACE": "8"},
-        preexec=rlimit_as(float(os.environ.get("RLIMIT_AS_GIB", "12"))),
+        preexec=rlimit_as(float(os.environ.get("RLIMIT_AS_GIB", "6"))),
         drive=drive_exit,
         what="address-space limit (ulimit -v / RLIMIT_AS) below what an 8 GiB KV cache needs"),
 }
@@ -427,7 +450,7 @@ def run_scenario(name: str, outdir: Path = OUT) -> dict:
             helper()
     extra = {"what": sc["what"]}
     if sc.get("preexec") is not None and name.startswith("rlimit"):
-        extra["rlimit_as_gib"] = float(os.environ.get("RLIMIT_AS_GIB", "12"))
+        extra["rlimit_as_gib"] = float(os.environ.get("RLIMIT_AS_GIB", "6"))
     meta = cap.write(outdir, extra)
     print(json.dumps({k: meta[k] for k in ("name", "returncode", "lines")}), flush=True)
     return meta
