@@ -19,6 +19,9 @@ from service.classify.masking import mask
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, Signature, load_playbook
 from service.classify.stream_state import FAILED, READY, SERVING, STARTING, STOPPED, StreamState
+from service.intel import serving_stats, stalls
+from service.intel.playbook import playbook_for
+from service.intel.workload import diff_facts, workload_key
 from service.parse import line as L
 from service.records import LogRecord
 from service.taxonomy import STAGE_INDEX, later_stage, tier_of
@@ -59,12 +62,17 @@ class Classifier:
         text_model: TextModelLike | None = None,
         novelty: NoveltyLike | None = None,
         state_loader: Callable[[str], StreamState | None] | None = None,
+        clock: Callable[[], float] | None = None,
+        stall_deadlines: dict[str, float] | None = None,
     ) -> None:
         self.rules = rulebook or RuleBook()
         self.playbook = load_playbook(self.rules.rules_dir if rulebook else RULES_DIR)
         self.model = text_model
         self.novelty = novelty
         self.state_loader = state_loader
+        self.clock = clock  # service mode: ingestion time when a record carries none
+        self.stall_deadlines = stall_deadlines or stalls.DEFAULT_DEADLINES_S
+        self.last_good: dict[str, dict[str, str]] = {}  # workload → facts of its last good start
         self.streams: dict[str, StreamState] = {}
         # finding whose stage later traceback frames of the same process may still refine
         self._refine: dict[tuple[str, str], tuple[Finding, Incident | None]] = {}
@@ -79,6 +87,7 @@ class Classifier:
             st = self.state_loader(key) if self.state_loader else None
             if st is None:
                 st = StreamState(key=key, meta=dict(meta or {}))
+                st.last_good_facts = self.last_good.get(workload_key(key, st.meta))
             self.streams[key] = st
         return st
 
@@ -97,6 +106,8 @@ class Classifier:
         return self.feed_text(st, rec.text, rec.time)
 
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
+        if time is None and self.clock is not None:
+            time = self.clock()
         if st.status == SERVING and not st.shutting_down and not self.rules.worth_a_look(text):
             # steady state: an access/stats line with nothing that can matter
             self.lines += 1
@@ -141,7 +152,9 @@ class Classifier:
             self._advance(st, "api_server", time, changes)
             st.status = READY
             st.last_good_facts = dict(st.facts)
+            self.last_good[workload_key(st.key, st.meta)] = st.last_good_facts
             self._resolve_passed(st, time, changes, ready=True)
+            self._startup_checks(st, line, time, changes)
         if hits.serving and not st.shutting_down and st.status != SERVING:
             self._advance(st, "serving", time, changes)
             if st.status in (STARTING, READY):
@@ -152,6 +165,8 @@ class Classifier:
                 st.status = STOPPED if st.status != FAILED else FAILED
         for name, value in hits.facts:
             st.facts.setdefault(name, value)
+        if hits.serving and "throughput" in line.message and not st.shutting_down:
+            self._stats_checks(st, line, time, changes)
 
         finding = self._finding(st, line, hits.signatures, time)
         if finding is not None:
@@ -192,6 +207,15 @@ class Classifier:
             st.timeline.setdefault(s, time if time is not None else st.seq)
         st.stage = stage
         st.last_stage_change = time
+        for inc in list(st.incidents):
+            if (inc.run == st.run and inc.status == "open" and stalls.is_stall(inc.primary.rule)
+                    and STAGE_INDEX[stage] > STAGE_INDEX[inc.stage]):
+                inc.status, inc.resolved_at = "resolved", time
+                inc.resolution = f"the stream moved on to {stage}"
+                st.incidents.remove(inc)
+                if st.status == FAILED:
+                    st.status = STARTING
+                changes.append(Change("resolved", inc))
         self._resolve_passed(st, time, changes)
 
     def _resolve_passed(self, st: StreamState, time: float | None, changes: list[Change],
@@ -200,7 +224,8 @@ class Classifier:
         for inc in list(st.incidents):
             if inc.status != "open" or inc.run >= st.run or inc.severity != "critical":
                 continue
-            if ready or (st.stage and STAGE_INDEX[st.stage] > STAGE_INDEX[inc.stage]):
+            failed_at = later_stage(inc.stage, inc.extra.get("reached")) or inc.stage
+            if ready or (st.stage and STAGE_INDEX[st.stage] > STAGE_INDEX[failed_at]):
                 inc.status = "resolved"
                 inc.resolved_at = time
                 inc.resolution = (
@@ -218,7 +243,7 @@ class Classifier:
             sigs = [h for h in sigs if h[0].levels is None or line.level in h[0].levels]
         if sigs:
             sig = sigs[0][0]
-            if st.shutting_down and sig.role in ("cascade", "symptom"):
+            if st.shutting_down and sig.role in ("cascade", "symptom", "warning"):
                 return None
             stage, source = self._stage_for(st, sig.category, sig.stage, sig.default_stage, hint)
             category = sig.category_by_stage.get(stage, sig.category)
@@ -340,7 +365,11 @@ class Classifier:
     # ---- incidents -----------------------------------------------------------------
     def _attach(self, st: StreamState, f: Finding, changes: list[Change]) -> Incident | None:
         severity = "warning" if f.role == "warning" else "critical"
-        inc = st.current(severity)
+        if severity == "warning":
+            inc = next((i for i in st.incidents if i.severity == "warning" and i.run == st.run
+                        and i.primary.rule == f.rule and i.status == "open"), None)
+        else:
+            inc = st.current(severity)
         if inc is None:
             same = None
             if severity == "critical":
@@ -350,6 +379,12 @@ class Classifier:
             if same is not None:  # the workload restarted and failed the same way
                 same.restarts += 1
                 same.run = st.run
+                if same.restarts >= 2:
+                    same.extra["crash_loop"] = True
+                    same.extra["restart_helps"] = same.tier not in ("compatibility", "integration")
+                    if not same.extra["restart_helps"]:
+                        same.extra["note"] = (f"crash loop: failed the same way {same.restarts + 1}"
+                                              f" times; restarting will not help")
                 same.updated_at = f.time
                 same.timeline = dict(st.timeline)
                 changes.append(Change("updated", same))
@@ -362,6 +397,8 @@ class Classifier:
                 updated_at=f.time,
             )
             inc.note(f.line)
+            if st.stage:
+                inc.extra["reached"] = st.stage  # where the failing run had got to
             self._refresh(st, inc)
             st.incidents.append(inc)
             if severity == "critical":
@@ -383,6 +420,60 @@ class Classifier:
         inc.timeline = dict(st.timeline)
         inc.explanation = (explain_compatibility(st.facts, self.rules.cuda)
                            if inc.tier == COMPAT_TIER else None)
+        inc.extra["playbook"] = playbook_for(inc.category, self.playbook, st.facts)
+        changed = diff_facts(st.last_good_facts, st.facts)
+        if changed:
+            inc.extra["changed_since_last_good"] = changed
+        else:
+            inc.extra.pop("changed_since_last_good", None)
+
+    # ---- judgements beyond single lines ------------------------------------------------
+    def _judgement(self, st: StreamState, rule: str, category: str, detail: str, line: str,
+                   time: float | None, changes: list[Change], role: str = "warning",
+                   stage: str | None = None) -> None:
+        f = Finding(
+            tier=tier_of(category), category=category, stage=stage or st.stage or "serving",
+            confidence=0.8, method="heuristic", rule=rule, line=line, role=role,
+            priority=5 if role == "warning" else 15, seq=st.seq, time=time,
+            remediation=self._first_move(category), detail=detail,
+        )
+        self._attach(st, f, changes)
+
+    def _startup_checks(self, st: StreamState, line: L.Line, time: float | None,
+                        changes: list[Change]) -> None:
+        model = st.facts.get("model", "")
+        if "kimi-k3" in model.lower().replace("_", "-") and st.facts.get("enable_prefix_caching") != "True":
+            self._judgement(st, "prefix-caching-off-kimi-k3", "config_error",
+                            "Kimi K3 runs without --enable-prefix-caching (off by default for it): "
+                            "shared prompts are recomputed", line.text, time, changes)
+
+    def _stats_checks(self, st: StreamState, line: L.Line, time: float | None,
+                      changes: list[Change]) -> None:
+        expected = (st.facts.get("enable_prefix_caching") == "True"
+                    or "'enable_prefix_caching': True" in st.facts.get("non_default_args", ""))
+        state = st.extra.setdefault("stats", {})
+        for j in serving_stats.judge(line.message, state, expected):
+            self._judgement(st, j.rule, j.category, j.detail, line.text, time, changes)
+
+    def tick(self, now: float) -> list[Change]:
+        """Timer check: open a stall incident for every startup stuck past its deadline."""
+        changes: list[Change] = []
+        for st in self.streams.values():
+            if st.status != STARTING or st.shutting_down or st.current() is not None:
+                continue
+            since = st.last_stage_change if st.last_stage_change is not None else st.last_time
+            waited = stalls.overdue(st.stage, since, now, self.stall_deadlines)
+            if waited is None:
+                continue
+            category = stalls.STALL_CATEGORY.get(st.stage or "", "unknown")
+            self._judgement(
+                st, f"{stalls.STALL_PREFIX}{st.stage}", category,
+                f"stalled in {st.stage} for {waited / 60:.0f} min; last line: {st.last_line[:300]}",
+                st.last_line, now, changes, role="symptom", stage=st.stage)
+            inc = st.current()
+            if inc is not None:
+                inc.extra["stall"] = True
+        return changes
 
     def _note(self, st: StreamState, line: L.Line, changes: list[Change]) -> None:
         """Lines after the first error are the incident's evidence."""

@@ -30,6 +30,7 @@ class Finding:
     template: str | None = None
     novel: bool = False
     stage_source: str = "tracker"  # rule | tracker | frames | default
+    detail: str | None = None  # a judgement's own explanation (stalls, stats warnings)
 
     def beats(self, other: Finding) -> bool:
         """Whether this (later) finding should replace ``other`` as the root cause."""

@@ -83,6 +83,7 @@ class Incident:
             "rule": p.rule,
             "line": p.line,
             "template": p.template,
+            "detail": p.detail,
             "novel": p.novel,
             "remediation": p.remediation,
             "explanation": self.explanation,
