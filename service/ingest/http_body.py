@@ -23,7 +23,6 @@ Runtime chunks (``meta["partial"]``) are returned unjoined: run them through a
 from __future__ import annotations
 
 import json
-from json.decoder import WHITESPACE
 from typing import Any
 
 from service import metrics
@@ -40,6 +39,8 @@ from service.ingest.msgpack_events import split_event, unpack_all
 from service.records import LogRecord
 
 TAG_HEADER = "X-Fluent-Tag"
+_SCAN_JSON = json.JSONDecoder().scan_once
+_WHITESPACE = " \t\r\n"
 MAX_DECOMPRESSED_BYTES = 256 << 20
 
 _MSGPACK_TYPES = frozenset(
@@ -137,18 +138,17 @@ def _json(
     """A JSON array, NDJSON or concatenated values; a bad value skips to the next line."""
     records: list[LogRecord] = []
     rejected = 0
-    decode = json.JSONDecoder().raw_decode
-    skip = WHITESPACE.match
     i = 0
     n = len(text)
     while True:
-        i = skip(text, i).end()
+        while i < n and text[i] in _WHITESPACE:
+            i += 1
         if i >= n:
             break
         try:
-            obj, i = decode(text, i)
-        except (ValueError, RecursionError) as exc:
-            metrics.reject(source, "bad_json", f"{exc}: {text[i : i + 200]}")
+            obj, i = _SCAN_JSON(text, i)
+        except (StopIteration, ValueError, RecursionError) as exc:
+            metrics.reject(source, "bad_json", f"{exc!r}: {text[i : i + 200]}")
             rejected += 1
             nl = text.find("\n", i)
             if nl < 0:

@@ -18,6 +18,7 @@ run them through a :class:`service.ingest.joiner.Joiner` kept per partition assi
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from service import metrics
@@ -70,8 +71,13 @@ def decode_kafka_value(
             text, stream, fmt=fmt, position=position, source=source, max_line=max_line
         )
     if records:
-        metrics.LINES_IN.labels(source=source).inc(len(records))
+        _lines_in(source).inc(len(records))
     return records
+
+
+@lru_cache(maxsize=64)
+def _lines_in(source: str) -> Any:
+    return metrics.LINES_IN.labels(source=source)  # labels() takes a lock: look it up once
 
 
 def _key_text(key: bytes | None) -> str | None:
