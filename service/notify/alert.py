@@ -1,0 +1,65 @@
+"""What a receiver renders: one incident change, and the HTTP request it becomes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.classify.incident import Incident
+
+MAX_LINE_CHARS = 4096  # evidence / root-cause lines in payloads are cut to this
+
+
+@dataclass(slots=True)
+class Alert:
+    """An incident as it is now, announced as ``event`` (opened | updated | resolved)."""
+
+    event: str
+    incident: dict[str, Any]  # Incident.to_dict()
+    version: int
+    external_url: str = "http://127.0.0.1:8080"
+    changed_at: float | None = None  # the earliest change this message covers
+
+    @property
+    def id(self) -> str:
+        return str(self.incident["id"])
+
+    @property
+    def event_id(self) -> str:
+        """Stable across retries of the same message (receivers deduplicate on it)."""
+        return f"{self.id}.v{self.version}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.external_url.rstrip('/')}/incidents/{self.id}"
+
+    def summary(self) -> dict[str, Any]:
+        s = Incident.from_dict(self.incident).summary()
+        s["line"] = cut(s.get("line") or "", MAX_LINE_CHARS)
+        s["evidence"] = [cut(x, MAX_LINE_CHARS) for x in s.get("evidence", [])]
+        for r in s.get("related", []):
+            r["line"] = cut(r.get("line") or "", MAX_LINE_CHARS)
+        return s
+
+    def view(self) -> dict[str, Any]:
+        """Summary plus stream, meta, facts, timeline, version and the incident's URL."""
+        inc = self.incident
+        out = self.summary()
+        out.update(stream=inc.get("stream"), meta=inc.get("meta") or {},
+                   facts=inc.get("facts") or {}, timeline=inc.get("timeline") or {},
+                   version=self.version, url=self.url)
+        return out
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    url: str
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` shortened to at most ``limit`` characters, marked with an ellipsis."""
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 1)] + "…"

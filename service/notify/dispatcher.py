@@ -1,0 +1,244 @@
+"""Background delivery: outbox events → per-receiver deliveries → HTTP, at least once.
+
+One thread expands new outbox events (routing); one thread per receiver claims due
+(incident, receiver) groups from the store under a lease, applies silences, waits for its
+rate limit, renders the incident's current state once for the whole group and sends it.
+Failures are retried with exponential backoff and full jitter (forever unless
+``max_attempts``); a crashed instance's leases expire and another instance takes over.
+Any number of dispatchers may share one database.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from email.utils import parsedate_to_datetime
+
+import httpx
+
+from service import metrics
+from service.config import NotifySettings, ReceiverSettings
+from service.notify.alert import Alert
+from service.notify.outbox import NOTE_NEVER_SENT, backoff, make_route, message_kind
+from service.notify.ratelimit import TokenBucket
+from service.notify.receivers import builder, check
+from service.notify.routing import Router
+from service.notify.silences import SilenceCache
+from service.store import Claim, Store
+
+log = logging.getLogger("vllm_sentinel.notify")
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        store: Store,
+        receivers: list[ReceiverSettings],
+        settings: NotifySettings | None = None,
+        *,
+        instance_id: str,
+        clock: Callable[[], float] = time.time,
+        poll_interval_s: float = 0.2,
+        claim_batch: int = 5,
+        housekeeping_s: float = 30.0,
+        http: httpx.Client | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        check(receivers)
+        self.store = store
+        self.receivers = list(receivers)
+        self.settings = settings or NotifySettings()
+        self.instance_id = instance_id
+        self.clock = clock
+        self.poll_interval_s = poll_interval_s
+        self.claim_batch = claim_batch
+        self.housekeeping_s = housekeeping_s
+        self.router = Router(self.receivers)
+        self.route = make_route(self.router)
+        self.silences = SilenceCache(store, clock)
+        self.buckets = {r.name: TokenBucket(r.rate_limit_per_minute) for r in self.receivers}
+        self.http = http or httpx.Client(follow_redirects=False)
+        self._own_http = http is None
+        self.rng = rng or random.Random()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._kick = {r.name: threading.Event() for r in self.receivers}
+        self._threads: list[threading.Thread] = []
+        self._housekept = float("-inf")
+
+    # ---- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._threads = [threading.Thread(target=self._expand_loop, name="notify-outbox",
+                                          daemon=True)]
+        self._threads += [threading.Thread(target=self._send_loop, args=(r,),
+                                           name=f"notify-{r.name}", daemon=True)
+                          for r in self.receivers]
+        for t in self._threads:
+            t.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        for ev in self._kick.values():
+            ev.set()
+        for t in self._threads:
+            t.join(timeout)
+        self._threads = []
+        if self._own_http:
+            self.http.close()
+
+    def wake(self) -> None:
+        """New outbox events were committed (in-process hint; polling covers the rest)."""
+        self._wake.set()
+
+    def run_once(self) -> int:
+        """Expand and send whatever is due now, on the calling thread; messages sent."""
+        self.expand()
+        return sum(self.drain(r, block=False) for r in self.receivers)
+
+    # ---- outbox ----------------------------------------------------------------------
+    def expand(self) -> int:
+        total = 0
+        while not self._stop.is_set():
+            n = self.store.expand_outbox(self.route)
+            total += n
+            if n == 0:
+                return total
+        return total
+
+    def _expand_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.expand():
+                    for ev in self._kick.values():
+                        ev.set()
+                self._housekeeping()
+            except Exception:
+                log.exception("outbox expansion failed; retrying")
+                self._stop.wait(1.0)
+            self._wake.wait(self.poll_interval_s)
+            self._wake.clear()
+
+    def _housekeeping(self) -> None:
+        if time.monotonic() - self._housekept < self.housekeeping_s:
+            return
+        self._housekept = time.monotonic()
+        self.store.prune()
+        metrics.INCIDENTS_OPEN.set(self.store.count_open())
+
+    # ---- sending ---------------------------------------------------------------------
+    def _send_loop(self, r: ReceiverSettings) -> None:
+        kick = self._kick[r.name]
+        while not self._stop.is_set():
+            try:
+                self.drain(r)
+            except Exception:
+                log.exception("receiver %s: delivery pass failed; retrying", r.name)
+                self._stop.wait(1.0)
+            kick.wait(self.poll_interval_s)
+            kick.clear()
+
+    def drain(self, r: ReceiverSettings, block: bool = True) -> int:
+        """Send every due group for ``r``; over the rate limit wait (or, with
+        ``block=False``, leave the rest for later). Returns messages sent."""
+        bucket = self.buckets[r.name]
+        sent = 0
+        while not self._stop.is_set():
+            wait = bucket.wait_time()
+            if wait > 0:
+                if not block:
+                    break
+                self._stop.wait(wait)
+                continue
+            n = max(1, min(self.claim_batch, bucket.available()))
+            claims = self.store.claim_deliveries(
+                r.name, self.instance_id, lease_s=r.timeout_s * (n + 2) + 10,
+                group_wait_s=self.settings.group_wait_s, limit=n)
+            if not claims:
+                break
+            for claim in claims:
+                sent += self._deliver(r, claim)
+        return sent
+
+    def _deliver(self, r: ReceiverSettings, c: Claim) -> int:
+        ids = c.delivery_ids
+        try:
+            now = self.clock()
+            if now >= c.lease_until - r.timeout_s:  # earlier sends were slow: give it back
+                self.store.finish_deliveries(ids, self.instance_id, status="pending")
+                return 0
+            silence = self.silences.check(c.incident, r.name)
+            if silence is not None:
+                self._finish(r, c, "silenced", f"silence {silence['id']}")
+                return 0
+            kind = message_kind(c)
+            if kind is None:
+                self._finish(r, c, "dropped", NOTE_NEVER_SENT)
+                return 0
+            alert = Alert(kind, c.incident, c.version, self.settings.external_url,
+                          min(e.created_at for e in c.events))
+            req = builder(r)(alert, r, now)
+        except Exception as exc:  # a rendering bug must not lose the delivery
+            log.exception("receiver %s: could not prepare incident %s", r.name, c.incident["id"])
+            self._retry(r, c, f"prepare failed: {exc!r}", 0.0)
+            return 0
+        self.buckets[r.name].take()
+        retry_after = 0.0
+        try:
+            resp = self.http.post(req.url, content=req.body, headers=req.headers,
+                                  timeout=r.timeout_s)
+            error = None if 200 <= resp.status_code < 300 else \
+                f"HTTP {resp.status_code}: {resp.text[:200]}"
+            if error:
+                retry_after = _retry_after(resp.headers.get("Retry-After"), self.clock())
+        except httpx.HTTPError as exc:
+            error = f"{type(exc).__name__}: {exc}"[:500]
+        if error is not None:
+            self._retry(r, c, error, retry_after)
+            return 0
+        done = self.clock()
+        kept = self.store.finish_deliveries(ids, self.instance_id, status="sent")
+        if kept < len(ids):
+            log.warning("receiver %s: lease on incident %s expired while sending (sent anyway)",
+                        r.name, c.incident["id"])
+        metrics.DELIVERIES.labels(receiver=r.name, outcome="sent").inc(len(ids))
+        for e in c.events:
+            metrics.ALERT_LATENCY.labels(receiver=r.name).observe(max(0.0, done - e.created_at))
+        return 1
+
+    def _finish(self, r: ReceiverSettings, c: Claim, status: str, note: str) -> None:
+        self.store.finish_deliveries(c.delivery_ids, self.instance_id, status=status, note=note)
+        metrics.DELIVERIES.labels(receiver=r.name, outcome=status).inc(len(c.delivery_ids))
+
+    def _retry(self, r: ReceiverSettings, c: Claim, error: str, retry_after: float) -> None:
+        limit = self.settings.max_attempts
+        if limit and c.attempts >= limit:
+            log.error("receiver %s: giving up on incident %s after %d attempts: %s",
+                      r.name, c.incident["id"], c.attempts, error)
+            self._finish(r, c, "dropped", error)
+            return
+        delay = backoff(c.attempts, self.settings.backoff_base_s, self.settings.backoff_max_s,
+                        self.rng, retry_after)
+        self.store.finish_deliveries(c.delivery_ids, self.instance_id, status="pending",
+                                     note=error, retry_at=self.clock() + delay)
+        metrics.DELIVERIES.labels(receiver=r.name, outcome="failed").inc(len(c.delivery_ids))
+        log.warning("receiver %s: incident %s attempt %d failed (%s); retry in %.1fs",
+                    r.name, c.incident["id"], c.attempts, error, delay)
+
+
+def _retry_after(value: str | None, now: float) -> float:
+    """Seconds from a Retry-After header (delta seconds or HTTP date), capped at an hour."""
+    if not value:
+        return 0.0
+    try:
+        return min(3600.0, max(0.0, float(value)))
+    except ValueError:
+        pass
+    try:
+        return min(3600.0, max(0.0, parsedate_to_datetime(value).timestamp() - now))
+    except (TypeError, ValueError):
+        return 0.0

@@ -1,0 +1,54 @@
+"""Outbox stages every receiver shares: expanding an incident change into per-receiver
+deliveries, naming the message a claim becomes, and the retry schedule."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from service.notify.routing import Router
+from service.store.deliveries import Claim, Route
+
+NOTE_SEND_RESOLVED_OFF = "send_resolved is off for this receiver"
+NOTE_NEVER_SENT = "resolution of an incident this receiver was never told about"
+
+
+def make_route(router: Router) -> Route:
+    """Receivers of one change: those whose ``match`` fits the incident now, plus those
+    already engaged with it (so a receiver that was paged also hears the update and the
+    resolution after the root cause moved to a category it does not route)."""
+
+    def route(incident: dict[str, Any], kind: str,
+              engaged: set[str]) -> list[tuple[str, str, str | None]]:
+        out: list[tuple[str, str, str | None]] = []
+        for r in router.receivers:
+            if r.name not in engaged and not router.matches(r, incident):
+                continue
+            if kind == "resolved" and not r.send_resolved:
+                out.append((r.name, "dropped", NOTE_SEND_RESOLVED_OFF))
+            else:
+                out.append((r.name, "pending", None))
+        return out
+
+    return route
+
+
+def message_kind(claim: Claim) -> str | None:
+    """``opened`` for the first message a receiver gets about an incident, ``resolved`` once
+    the covered changes include the resolution, else ``updated``; None when the only news is
+    the resolution of an incident the receiver never heard of (nothing to send)."""
+    kinds = [e.kind for e in claim.events]
+    resolved = claim.incident.get("status") == "resolved" and "resolved" in kinds
+    if claim.first and all(k == "resolved" for k in kinds):
+        return None
+    if resolved:
+        return "resolved"
+    return "opened" if claim.first else "updated"
+
+
+def backoff(attempt: int, base_s: float, max_s: float, rng: random.Random | None = None,
+            at_least: float = 0.0) -> float:
+    """Exponential backoff with full jitter: uniform(0, min(max, base·2^(attempt-1))),
+    never less than ``at_least`` (a receiver's Retry-After)."""
+    ceiling = min(max_s, base_s * 2 ** max(0, attempt - 1))
+    return max(at_least, (rng or random).uniform(0, ceiling))

@@ -1,0 +1,57 @@
+"""PagerDuty Events API v2: ``trigger`` on opened/updated, ``resolve`` on resolved, the
+incident id as ``dedup_key`` (so both act on the same PagerDuty alert)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from service.config import ReceiverSettings
+from service.notify.alert import Alert, HttpRequest, cut
+
+SUMMARY_MAX = 1024
+EVIDENCE_LINES = 20
+SEVERITY = {"critical": "critical", "warning": "warning"}
+
+
+def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
+    if not cfg.routing_key:
+        raise ValueError(f"receiver {cfg.name}: pagerduty needs routing_key")
+    return HttpRequest(cfg.url, json.dumps(event(alert, cfg.routing_key), default=str).encode(),
+                       {"Content-Type": "application/json"})
+
+
+def event(alert: Alert, routing_key: str) -> dict[str, Any]:
+    s = alert.view()
+    meta, facts = s["meta"], s["facts"]
+    where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
+    opened = s.get("opened_at")
+    payload: dict[str, Any] = {
+        "summary": cut(f"[{s['tier']}/{s['category']}] {s['stage']} on {where}: {s['line']}",
+                       SUMMARY_MAX),
+        "source": str(meta.get("pod") or meta.get("node") or s["stream"]),
+        "severity": SEVERITY.get(s["severity"], "error"),
+        "component": str(meta.get("container") or "vllm"),
+        "group": str(meta.get("namespace") or s["tier"]),
+        "class": s["category"],
+        "custom_details": {
+            "tier": s["tier"], "category": s["category"], "stage": s["stage"],
+            "status": s["status"], "root_cause": s["line"], "rule": s["rule"],
+            "confidence": s["confidence"], "first_move": s["remediation"],
+            "explanation": s["explanation"], "restarts": s["restarts"],
+            "resolution": s["resolution"], "node": meta.get("node"), "facts": facts,
+            "evidence": s["evidence"][-EVIDENCE_LINES:], "stream": s["stream"],
+        },
+    }
+    if isinstance(opened, int | float):
+        payload["timestamp"] = datetime.fromtimestamp(opened, UTC).isoformat()
+    return {
+        "routing_key": routing_key,
+        "event_action": "resolve" if alert.event == "resolved" else "trigger",
+        "dedup_key": alert.id,
+        "payload": payload,
+        "client": "vllm-sentinel",
+        "client_url": alert.url,
+        "links": [{"href": alert.url, "text": "Incident in vllm-sentinel"}],
+    }

@@ -1,0 +1,36 @@
+"""Receiver types → request builders (adding a receiver never touches delivery logic)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from service.config import ReceiverSettings
+from service.notify import pagerduty, slack, webhook
+from service.notify.alert import Alert, HttpRequest
+
+Builder = Callable[[Alert, ReceiverSettings, float], HttpRequest]
+BUILDERS: dict[str, Builder] = {
+    "slack": slack.build,
+    "webhook": webhook.build,
+    "pagerduty": pagerduty.build,
+}
+
+
+def builder(cfg: ReceiverSettings) -> Builder:
+    try:
+        return BUILDERS[cfg.type]
+    except KeyError:
+        raise ValueError(f"receiver {cfg.name}: unknown type {cfg.type!r}") from None
+
+
+def check(receivers: list[ReceiverSettings]) -> None:
+    """Configuration errors up front rather than at the first incident."""
+    names = [r.name for r in receivers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"receiver names must be unique: {names}")
+    for r in receivers:
+        builder(r)
+        if r.type == "pagerduty" and not r.routing_key:
+            raise ValueError(f"receiver {r.name}: pagerduty needs routing_key")
+        if r.rate_limit_per_minute <= 0:
+            raise ValueError(f"receiver {r.name}: rate_limit_per_minute must be positive")

@@ -1,0 +1,98 @@
+"""Slack incoming webhook: Block Kit message with a ``text`` fallback, within Slack's limits
+(≤50 blocks, header ≤150 chars, section text ≤3000, ≤10 fields of ≤2000)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from service.config import ReceiverSettings
+from service.notify.alert import Alert, HttpRequest, cut
+
+MAX_BLOCKS = 50
+HEADER_MAX = 150
+SECTION_MAX = 3000
+FIELD_MAX = 2000
+TEXT_MAX = 3000
+EVIDENCE_LINES = 25
+RELATED_MAX = 5
+ICON = {"opened": "🔴", "updated": "🟠", "resolved": "✅"}
+LABEL = {"opened": "FIRING", "updated": "UPDATED", "resolved": "RESOLVED"}
+FACTS = (("image", "Image"), ("vllm_version", "vLLM"), ("driver_version", "Driver"),
+         ("driver_cuda", "CUDA (driver)"), ("image_cuda", "CUDA (image)"), ("gpu_model", "GPU"),
+         ("compute_capability", "Compute capability"), ("tensor_parallel_size", "TP"))
+
+
+def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
+    return HttpRequest(cfg.url, json.dumps(message(alert)).encode(),
+                       {"Content-Type": "application/json"})
+
+
+def message(alert: Alert) -> dict[str, Any]:
+    s = alert.view()
+    meta, facts = s["meta"], s["facts"]
+    label = LABEL.get(alert.event, alert.event.upper())
+    if s["status"] == "resolved":
+        label = LABEL["resolved"]
+    icon = ICON["resolved"] if s["status"] == "resolved" else ICON.get(alert.event, "🔴")
+    title = f"{icon} {label} · {s['tier']} / {s['category']} @ {s['stage']}"
+    where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
+
+    blocks: list[dict[str, Any]] = [
+        {"type": "header", "text": {"type": "plain_text", "text": cut(title, HEADER_MAX),
+                                    "emoji": True}},
+        _fields([("Pod", where), ("Node", meta.get("node")),
+                 ("Container", meta.get("container")), ("Severity", s["severity"]),
+                 ("Restarts", str(s["restarts"]) if s["restarts"] else None),
+                 ("Confidence", f"{s['confidence']:.2f} ({s['method']})")]),
+        _section("*Root cause*", s["line"], code=True),
+    ]
+    if s.get("explanation"):
+        blocks.append(_section("*Why*", s["explanation"]))
+    fact_fields = [(name, facts.get(key)) for key, name in FACTS]
+    if any(v for _, v in fact_fields):
+        blocks.append(_fields(fact_fields))
+    if s.get("remediation"):
+        blocks.append(_section("*First move*", s["remediation"]))
+    if s["status"] == "resolved" and s.get("resolution"):
+        blocks.append(_section("*Resolution*", s["resolution"]))
+    evidence = s["evidence"][-EVIDENCE_LINES:]
+    if evidence:
+        blocks.append(_section("*Evidence*", "\n".join(evidence), code=True, tail=True))
+    related = [r for r in s["related"] if r.get("rule")][:RELATED_MAX]
+    if related:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut(
+            "Also seen: " + ", ".join(f"{_esc(r['category'])} ({_esc(r['role'])})"
+                                      for r in related), SECTION_MAX)}]})
+    blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": cut(
+        f"<{alert.url}|Open incident {alert.id}> · rule `{_esc(s['rule'] or s['method'])}`"
+        f" · stream `{_esc(s['stream'])}`", SECTION_MAX)}})
+    blocks = [b for b in blocks if b][:MAX_BLOCKS]
+    text = cut(f"[{label}] {s['tier']}/{s['category']} at {s['stage']} on {where}: "
+               f"{s['line']}", TEXT_MAX)
+    return {"text": text, "blocks": blocks}
+
+
+def _esc(text: Any) -> str:
+    """Slack mrkdwn control characters."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _section(title: str, body: str, *, code: bool = False, tail: bool = False
+             ) -> dict[str, Any]:
+    body = _esc(body)
+    if code:
+        body = body.replace("```", "ˋˋˋ")
+        room = SECTION_MAX - len(title) - len("\n``````")
+        if len(body) > room:  # keep the end of evidence, the start of a root-cause line
+            body = "…" + body[-(room - 1):] if tail else cut(body, room)
+        text = f"{title}\n```{body}```"
+    else:
+        text = cut(f"{title}: {body}", SECTION_MAX)
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
+
+
+def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any] | None:
+    fields = [{"type": "mrkdwn", "text": cut(f"*{name}*\n{_esc(value)}", FIELD_MAX)}
+              for name, value in pairs if value not in (None, "")][:10]
+    return {"type": "section", "fields": fields} if fields else None

@@ -1,0 +1,253 @@
+"""Records in, durable effects out: classify a batch and commit everything it changed in one
+store transaction (at-least-once input, idempotent effects).
+
+* Kafka (and other positioned sources): a record whose offset is not above the applied
+  offset of its (source, partition) is skipped, so re-consumption after a crash never counts
+  a line twice; positions advance by compare-and-set in the same transaction as the stream
+  snapshots, incidents and outbox events, so a zombie consumer's batch is refused whole.
+* Forward / HTTP: :meth:`Pipeline.submit` runs on one worker thread and returns once the
+  batch is committed (ack-after-store); a chunk id committed before is acknowledged without
+  reprocessing.
+
+Whenever a commit fails, the in-memory state of the streams it touched is dropped so the
+next record reloads them from the store (memory never runs ahead of the database).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from service.classify.engine import Change, Classifier
+from service.classify.incident import Incident
+from service.classify.stream_state import StreamState
+from service.records import LogRecord
+from service.store import (
+    BatchEffects,
+    DuplicateChunk,
+    IncidentWrite,
+    PositionAdvance,
+    StaleBatch,
+    Store,
+    collapse_kinds,
+)
+
+log = logging.getLogger("vllm_sentinel.pipeline")
+STALE_RETRIES = 3
+
+
+class RouterLike(Protocol):
+    def wants(self, incident: dict[str, Any], kind: str) -> bool: ...
+
+
+def parse_position(position: str | None) -> tuple[str, int] | None:
+    """``kafka:topic:3:1234#2`` → (``topic:3``, 1234); ``file:path:12`` → (``path``, 12);
+    None when there is no integer offset."""
+    if not position:
+        return None
+    _, _, rest = position.partition(":")
+    partition, _, offset = rest.split("#", 1)[0].rpartition(":")
+    if not partition or not offset.isdigit():
+        return None
+    return partition, int(offset)
+
+
+def partition_name(p: Any) -> str:
+    """``topic:partition`` from a string, a (topic, partition) tuple or a client's
+    TopicPartition (``.topic`` / ``.partition``)."""
+    if isinstance(p, str):
+        return p
+    if isinstance(p, tuple | list) and len(p) == 2:
+        return f"{p[0]}:{p[1]}"
+    return f"{p.topic}:{p.partition}"
+
+
+class Pipeline:
+    """Thread-safe (one batch at a time); the classifier is owned by the pipeline."""
+
+    def __init__(
+        self,
+        store: Store,
+        classifier: Classifier | Callable[..., Classifier],
+        router: RouterLike | None = None,
+        clock: Callable[[], float] = time.time,
+        *,
+        on_commit: Callable[[], None] | None = None,
+        max_streams: int = 50_000,
+    ) -> None:
+        self.store = store
+        self.router = router
+        self.clock = clock
+        self.on_commit = on_commit
+        self.max_streams = max_streams
+        if isinstance(classifier, Classifier):
+            self.classifier = classifier
+            if self.classifier.state_loader is None:
+                self.classifier.state_loader = self._load_state
+        else:
+            self.classifier = classifier(state_loader=self._load_state)
+        self._lock = threading.RLock()
+        self._applied: dict[tuple[str, str], int | None] = {}  # cache of the store's offsets
+        self._partitions: dict[str, set[str]] = {}  # stream → partitions its records came from
+        self._recent: OrderedDict[str, None] = OrderedDict()  # streams in memory, LRU order
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline")
+        self.counters = {"batches": 0, "records": 0, "skipped": 0, "duplicate_chunks": 0,
+                         "stale": 0}
+        self.last_commit_s = 0.0
+
+    # ---- input -----------------------------------------------------------------------
+    def process(self, records: list[LogRecord], source: str) -> None:
+        """Classify and commit one batch (synchronous; returns once durable)."""
+        self._run(records, source, None)
+
+    async def submit(self, records: list[LogRecord], source: str,
+                     chunk_id: str | None = None) -> None:
+        """Forward / HTTP sources: returns once the batch is durable (then ack)."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._worker, self._run, records, source, chunk_id)
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=True)
+
+    # ---- Kafka hooks -----------------------------------------------------------------
+    def forget(self, stream_keys: Iterable[str]) -> None:
+        """Drop in-memory state of these streams (the store's snapshot is reloaded)."""
+        with self._lock:
+            keys = list(stream_keys)
+            self.classifier.forget(keys)
+            for k in keys:
+                self._partitions.pop(k, None)
+                self._recent.pop(k, None)
+
+    def on_partitions_revoked(self, partitions: Iterable[Any]) -> None:
+        """Another consumer will own these: forget their streams and cached offsets."""
+        self._drop_partitions({partition_name(p) for p in partitions})
+
+    def on_partitions_assigned(self, partitions: Iterable[Any]) -> None:
+        """Newly owned: whatever we remember of them may be stale; reload from the store."""
+        self._drop_partitions({partition_name(p) for p in partitions})
+
+    def _drop_partitions(self, names: set[str]) -> None:
+        with self._lock:
+            for key in [k for k in self._applied if k[1] in names]:
+                del self._applied[key]
+            self.forget([s for s, parts in self._partitions.items() if parts & names])
+
+    # ---- core ------------------------------------------------------------------------
+    def _load_state(self, key: str) -> StreamState | None:
+        snap = self.store.load_stream(key)
+        return StreamState.from_dict(snap) if snap else None
+
+    def _run(self, records: list[LogRecord], source: str, chunk_id: str | None) -> None:
+        with self._lock:
+            if chunk_id is not None and self.store.chunk_seen(chunk_id):
+                self.counters["duplicate_chunks"] += 1
+                return
+            for attempt in range(STALE_RETRIES + 1):
+                try:
+                    self._batch(records, source, chunk_id)
+                    return
+                except StaleBatch as exc:
+                    self.counters["stale"] += 1
+                    if attempt == STALE_RETRIES:
+                        raise
+                    log.warning("batch refused (%s); reloading state and retrying", exc)
+
+    def _batch(self, records: list[LogRecord], source: str, chunk_id: str | None) -> None:
+        fresh: list[LogRecord] = []
+        advance: dict[str, int] = {}
+        for rec in records:
+            pos = parse_position(rec.position)
+            if pos is not None:
+                part, offset = pos
+                applied = self._applied_position(source, part)
+                if applied is not None and offset <= applied:
+                    self.counters["skipped"] += 1
+                    continue
+                if offset > advance.get(part, -1):
+                    advance[part] = offset
+                self._partitions.setdefault(rec.stream, set()).add(part)
+            fresh.append(rec)
+        touched: dict[str, None] = {}
+        changed: dict[str, tuple[Incident, list[str]]] = {}
+        for rec in fresh:
+            touched[rec.stream] = None
+            self._collect(self.classifier.feed(rec), changed, touched)
+        eff = BatchEffects(
+            streams={k: self.classifier.state(k).to_dict() for k in touched},
+            incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
+            positions=[PositionAdvance(source, part, self._applied[(source, part)], off)
+                       for part, off in advance.items()],
+            chunk_id=chunk_id, at=self.clock(),
+        )
+        if not eff:
+            return
+        started = time.perf_counter()
+        try:
+            self.store.commit_batch(eff)
+        except DuplicateChunk:
+            self.counters["duplicate_chunks"] += 1
+            self._rollback(touched, advance, source)
+            return
+        except BaseException:
+            self._rollback(touched, advance, source)
+            raise
+        self.last_commit_s = time.perf_counter() - started
+        for part, off in advance.items():
+            self._applied[(source, part)] = off
+        self._drop_resolved(eff.skipped_incidents)
+        self.counters["batches"] += 1
+        self.counters["records"] += len(fresh)
+        self._evict(touched)
+        if self.on_commit is not None and any(w.kinds for w in eff.incidents):
+            self.on_commit()
+
+    @staticmethod
+    def _collect(changes: list[Change], changed: dict[str, tuple[Incident, list[str]]],
+                 touched: dict[str, None]) -> None:
+        for ch in changes:
+            entry = changed.setdefault(ch.incident.id, (ch.incident, []))
+            entry[1].append(ch.kind)
+            if entry[0] is not ch.incident:
+                changed[ch.incident.id] = (ch.incident, entry[1])
+            touched[ch.incident.stream] = None
+
+    def _write(self, inc: Incident, kinds: list[str]) -> IncidentWrite:
+        body = inc.to_dict()
+        notifiable = collapse_kinds(kinds)
+        notify = self.router is None or any(self.router.wants(body, k) for k in notifiable)
+        return IncidentWrite(body=body, summary=inc.summary(), kinds=notifiable, notify=notify)
+
+    def _applied_position(self, source: str, part: str) -> int | None:
+        key = (source, part)
+        if key not in self._applied:
+            self._applied[key] = self.store.applied_position(source, part)
+        return self._applied[key]
+
+    def _rollback(self, touched: dict[str, None], advance: dict[str, int], source: str) -> None:
+        """Nothing was written: memory must not run ahead of the store."""
+        self.forget(touched)
+        for part in advance:
+            self._applied.pop((source, part), None)
+
+    def _drop_resolved(self, ids: set[str]) -> None:
+        """Incidents resolved by hand in the store leave the in-memory streams too."""
+        if not ids:
+            return
+        for st in self.classifier.streams.values():
+            st.incidents = [i for i in st.incidents if i.id not in ids]
+
+    def _evict(self, touched: dict[str, None]) -> None:
+        for k in touched:
+            self._recent[k] = None
+            self._recent.move_to_end(k)
+        while len(self._recent) > self.max_streams:
+            key, _ = self._recent.popitem(last=False)
+            self.classifier.forget([key])
+            self._partitions.pop(key, None)
