@@ -105,8 +105,10 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     app.state.ctx = ctx
     app.state.http_joiner = None
-    for module in (incidents, streams, stats, silences, feedback, classify, ingest, health):
+    for module in (incidents, streams, stats, silences, feedback, classify, health):
         app.include_router(module.router)
+    if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
+        app.include_router(ingest.router)
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -7,11 +7,13 @@ fields without breaking the API; request models forbid unknown fields so typos f
 from __future__ import annotations
 
 import time
+from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from service.api.timespec import parse_duration, parse_instant
+from service.notify import matchers as notify_matchers
 from service.taxonomy import CATEGORIES, STAGES, TIERS
 
 Tier = Literal[TIERS]  # type: ignore[valid-type]
@@ -20,9 +22,10 @@ Stage = Literal[STAGES]  # type: ignore[valid-type]
 Severity = Literal["critical", "warning"]
 IncidentStatus = Literal["open", "resolved"]
 
-MATCHER_KEYS = ("tier", "category", "stage", "namespace", "pod", "node", "severity")
+MATCHER_KEYS = tuple(sorted(notify_matchers.FIELDS))
 _MATCHER_VALUES: dict[str, tuple[str, ...]] = {
     "tier": TIERS, "category": CATEGORIES, "stage": STAGES, "severity": ("critical", "warning"),
+    "status": ("open", "resolved"),
 }
 
 
@@ -66,10 +69,18 @@ class Incident(_Open):
     facts: dict[str, Any] = Field(default_factory=dict)
     timeline: dict[str, Any] = Field(default_factory=dict)
     meta: dict[str, Any] = Field(default_factory=dict)
+    namespace: str | None = None
+    pod: str | None = None
+    node: str | None = None
     opened_at: float | None = None
     updated_at: float | None = None
     resolved_at: float | None = None
     resolution: str | None = None
+    version: int | None = Field(None, description="grows with every change")
+    deliveries: list[dict[str, Any]] | None = Field(
+        None, description="notification attempts (single-incident view only)")
+    feedback: list[dict[str, Any]] | None = Field(
+        None, description="feedback given (single-incident view only)")
 
 
 class IncidentPage(BaseModel):
@@ -89,50 +100,66 @@ class FeedbackRequest(_Strict):
 
 
 class Feedback(_Open):
-    incident_id: str | None = None
-    correct: bool | None = None
+    id: int
+    incident_id: str
+    correct: bool
     category: str | None = None
     comment: str | None = None
+    created_at: float | None = None
 
 
 # ---- streams and stats -------------------------------------------------------------------
 class Stream(_Open):
     """A workload stream's state: status, the stage reached, its timeline and facts."""
 
-    key: str | None = None
+    stream: str
     status: str | None = None
     stage: str | None = None
     timeline: dict[str, Any] = Field(default_factory=dict)
     facts: dict[str, Any] = Field(default_factory=dict)
     meta: dict[str, Any] = Field(default_factory=dict)
+    run: int = 0
+    runs_failed: int = 0
+    lines: int = 0
+    last_line: str = ""
+    last_time: float | None = None
+    updated_at: float | None = None
+    open_incidents: list[str] = Field(default_factory=list)
 
 
 class Stats(_Open):
-    """Counts from the store (open incidents by tier/category, streams, silences ...)."""
+    """Counts from the store."""
+
+    incidents_total: int = 0
+    incidents_open: int = 0
+    incidents_by_status: dict[str, int] = Field(default_factory=dict)
+    incidents_by_tier: dict[str, int] = Field(default_factory=dict)
+    incidents_by_category: dict[str, int] = Field(default_factory=dict)
+    incidents_by_severity: dict[str, int] = Field(default_factory=dict)
+    deliveries_by_status: dict[str, int] = Field(default_factory=dict)
+    outbox_pending: int = 0
+    streams: int = 0
 
 
 # ---- silences ----------------------------------------------------------------------------
-def validate_matchers(matchers: dict[str, list[str]]) -> dict[str, list[str]]:
+def validate_matchers(matchers: dict[str, list[str] | str]) -> dict[str, list[str]]:
+    """The notifier's own normalisation (:func:`service.notify.matchers.validate`), plus:
+    no empty values, and values of taxonomy fields must be known ids or globs that match one
+    (a typo like ``oom_kvcache`` would otherwise silence nothing, silently)."""
     if not matchers:
         raise ValueError("at least one matcher is required (a silence must not mute everything)")
-    out: dict[str, list[str]] = {}
-    for key, values in matchers.items():
-        if key.startswith("label:"):
-            if not key[6:].strip():
-                raise ValueError("label matcher needs a label name: label:<name>")
-        elif key not in MATCHER_KEYS:
-            raise ValueError(f"unknown matcher {key!r}; use one of "
-                             f"{', '.join(MATCHER_KEYS)} or label:<name>")
-        vals = [v.strip() if isinstance(v, str) else v for v in values]
-        if not vals or any(not isinstance(v, str) or not v for v in vals):
-            raise ValueError(f"matcher {key!r} needs one or more non-empty values")
+    out = notify_matchers.validate(matchers)
+    for key, values in out.items():
+        values = [v.strip() for v in values]
+        if any(not v for v in values):
+            raise ValueError(f"matcher {key!r}: values must be non-empty")
         allowed = _MATCHER_VALUES.get(key)
         if allowed:
-            bad = [v for v in vals if v not in allowed]
+            bad = [v for v in values if not any(fnmatchcase(a, v) for a in allowed)]
             if bad:
                 raise ValueError(f"matcher {key!r}: unknown value(s) {bad}; "
-                                 f"expected one of {list(allowed)}")
-        out[key] = vals
+                                 f"expected one of {list(allowed)} (globs allowed)")
+        out[key] = values
     return out
 
 
@@ -140,9 +167,11 @@ class SilenceRequest(_Strict):
     """Mute notifications for incidents matching every matcher (values of one key are ORed)
     until ``ends_at`` or for ``duration``; incidents are still recorded."""
 
-    matchers: dict[str, list[str]] = Field(
-        ..., examples=[{"namespace": ["llm-prod"], "category": ["oom_kv_cache"]}],
-        description="keys: tier, category, stage, namespace, pod, node, severity, label:<name>",
+    matchers: dict[str, list[str] | str] = Field(
+        ..., examples=[{"namespace": ["llm-prod"], "category": ["oom_*"]}],
+        description="field → values (exact or shell glob); fields: tier, category, stage, "
+                    "severity, status, namespace, pod, node, container, stream, incident, "
+                    "receiver, label:<pod label>",
     )
     ends_at: float | str | None = Field(None, description="epoch seconds or ISO 8601")
     duration: str | None = Field(None, examples=["2h"], description="e.g. 30m, 2h, 1d")
@@ -152,7 +181,7 @@ class SilenceRequest(_Strict):
 
     @field_validator("matchers")
     @classmethod
-    def _matchers(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+    def _matchers(cls, v: dict[str, list[str] | str]) -> dict[str, list[str]]:
         return validate_matchers(v)
 
     @model_validator(mode="after")
@@ -177,12 +206,14 @@ class SilenceRequest(_Strict):
 
 
 class Silence(_Open):
-    id: str | int
+    id: str
     matchers: dict[str, list[str]]
-    starts_at: float | None = None
+    starts_at: float
     ends_at: float
     created_by: str | None = None
     comment: str | None = None
+    created_at: float | None = None
+    active: bool = Field(..., description="in force now")
 
 
 # ---- classify and ingest -----------------------------------------------------------------

@@ -31,11 +31,11 @@ def store_check(ctx: ServiceContext) -> tuple[bool, str | None]:
     if ctx.store is None:
         return False, "no store"
     try:
-        ping = getattr(ctx.store, "ping", None)
-        if callable(ping):
-            ping()
-        else:
-            ctx.store.stats()
+        for probe in ("ping", "count_open", "stats"):  # the cheapest the store offers
+            fn = getattr(ctx.store, probe, None)
+            if callable(fn):
+                fn()
+                break
         return True, None
     except Exception as exc:  # any failure means not ready
         return False, f"{type(exc).__name__}: {exc}"[:300]
@@ -71,10 +71,12 @@ def open_incidents(stats: dict[str, Any]) -> float | None:
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 def prometheus(ctx: Ctx) -> Response:
-    """Prometheus text format; ``sentinel_incidents_open`` is read from the store now."""
+    """Prometheus text format; ``sentinel_incidents_open`` is read from the store at scrape
+    time (the same number on every replica: aggregate it with max, not sum)."""
     if ctx.store is not None:
         try:
-            n = open_incidents(ctx.store.stats())
+            count_open = getattr(ctx.store, "count_open", None)
+            n = float(count_open()) if callable(count_open) else open_incidents(ctx.store.stats())
             if n is not None:
                 metrics.INCIDENTS_OPEN.set(n)
         except Exception:

@@ -45,7 +45,7 @@ def list_incidents(
     node: str | None = None,
     stream: str | None = None,
     since: Annotated[str | None, Query(
-        description="only incidents changed at or after this time: epoch seconds or ISO 8601",
+        description="only incidents opened at or after this time: epoch seconds or ISO 8601",
         examples=["2026-12-02T14:00:00Z"])] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,

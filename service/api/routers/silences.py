@@ -19,8 +19,12 @@ def list_silences(store: StoreDep, active: bool = False) -> list[dict]:
 
 @router.post("", response_model=Silence, status_code=201, dependencies=[WriteAuth])
 def create_silence(body: SilenceRequest, store: StoreDep) -> dict:
-    return store.create_silence(body.matchers, float(body.ends_at), created_by=body.created_by,
-                                comment=body.comment, starts_at=body.starts_at)
+    try:
+        return store.create_silence(body.matchers, float(body.ends_at),  # type: ignore[arg-type]
+                                    created_by=body.created_by, comment=body.comment,
+                                    starts_at=body.starts_at)  # type: ignore[arg-type]
+    except ValueError as exc:  # the store's own checks (matchers, window)
+        raise HTTPException(status_code=422, detail=str(exc)) from None
 
 
 @router.delete("/{silence_id}", status_code=204, dependencies=[WriteAuth],
