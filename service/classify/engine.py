@@ -246,6 +246,8 @@ class Classifier:
             if st.shutting_down and sig.role in ("cascade", "symptom", "warning"):
                 return None
             stage, source = self._stage_for(st, sig.category, sig.stage, sig.default_stage, hint)
+            if sig.min_stage and source != "rule":
+                stage = later_stage(stage, sig.min_stage) or stage
             category = sig.category_by_stage.get(stage, sig.category)
             if self.model is not None and sig.role == "cause" and self._error_like(line):
                 self._check_disagreement(line, category)
