@@ -225,3 +225,35 @@ def test_real_vllm_cri_captures_decode_to_the_plain_log(cri_path):
     start = parse_rfc3339(meta["started"])
     end = parse_rfc3339(meta["ended"])
     assert start <= times[0] and times[-1] <= end
+
+
+text_lines = st.lists(
+    st.tuples(
+        st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=10, max_size=120),
+        st.sampled_from([b"", b"\xff", b"caf\xe9", b"\xc3"]),  # none, or one bad sequence
+        st.integers(0, 3000),  # extra length: some lines go over the limit
+    ),
+    max_size=30,
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(text_lines)
+def test_every_bad_line_is_counted_exactly_once(tmp_path, lines):
+    max_line = 1000
+    path = tmp_path / "mixed.log"
+    raws = [b"x" * extra + text.encode() + bad for text, bad, extra in lines]
+    path.write_bytes(b"".join(r + b"\n" for r in raws))
+    oversize, invalid = rejects("file", "oversize"), rejects("file", "invalid_utf8")
+    records = list(read_file(str(path), max_line=max_line, fmt="raw"))
+    # bad lines are kept, never dropped; over-long ones are cut (before their bad bytes)
+    assert [r.text for r in records] == [
+        raw.decode(errors="replace") if len(raw) <= max_line else raw[:max_line].decode()
+        for raw in raws
+    ]
+    assert rejects("file", "oversize") == oversize + sum(len(r) > max_line for r in raws)
+    assert rejects("file", "invalid_utf8") == invalid + sum(
+        len(raw) <= max_line and bad != b"" for raw, (_, bad, _) in zip(raws, lines, strict=True)
+    )

@@ -608,3 +608,38 @@ def test_tls_transport(tmp_path):
         await client.close()
 
     serve(test, shared_key="tls-key", tls=tls_context(str(cert), str(key)))
+
+
+def packed_message() -> bytes:
+    blob = b"".join(
+        msgpack.packb([event_time(T0, i), record(line)])
+        for i, line in enumerate([ROUTES, STARTUP, KV_CACHE])
+    )
+    return msgpack.packb([TAG, gzip.compress(blob), {"compressed": "gzip", "chunk": "k"}])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_frame_split_anywhere_decodes_once_complete(data):
+    frame = packed_message()
+    cut = data.draw(st.integers(1, len(frame) - 1))
+    server = ForwardServer(Sink())
+    unpacker = new_unpacker(server.max_message_bytes)
+    server._feed(unpacker, frame[:cut])
+    assert server._drain(unpacker) == ([], [], True)  # waits for the rest
+    server._feed(unpacker, frame[cut:])
+    records, acks, healthy = server._drain(unpacker)
+    assert healthy and acks == ["k"]
+    assert [r.text for r in records] == [ROUTES, STARTUP, KV_CACHE]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_junk_after_good_frames_is_counted_once_and_the_good_ones_kept(junk):
+    server = ForwardServer(Sink())
+    unpacker = new_unpacker(server.max_message_bytes)
+    before = rejects("forward", "bad_msgpack")
+    server._feed(unpacker, packed_message() + b"\xc1" + junk)  # 0xc1: never valid msgpack
+    records, acks, healthy = server._drain(unpacker)
+    assert not healthy and acks == ["k"] and len(records) == 3
+    assert rejects("forward", "bad_msgpack") == before + 1

@@ -234,3 +234,13 @@ def test_truncated_ndjson_loses_exactly_the_cut_line(lines, cut):
     records, rejected = decode_http_body(body[:-cut], "application/x-ndjson", None)
     assert [r.text for r in records] == lines[:-1]
     assert rejected == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200), st.integers(1, 5))
+def test_msgpack_junk_tail_is_one_reject_and_the_events_before_it_are_kept(junk, count):
+    body = b"".join(msgpack.packb([T0 + i, json_record(ROUTES)]) for i in range(count))
+    before = rejects("http", "bad_msgpack")
+    records, rejected = decode_http_body(body + b"\xc1" + junk, "application/msgpack", None)
+    assert [r.time for r in records] == [T0 + i for i in range(count)]  # event time wins
+    assert rejected == 1 and rejects("http", "bad_msgpack") == before + 1

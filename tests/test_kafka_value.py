@@ -173,3 +173,11 @@ def test_truncated_json_value_is_kept_as_text(cut):
     value = fluent_bit_kafka_json()
     (rec,) = decode_kafka_value(value[:-cut], None, "t", 0, 1)
     assert rec.text == value[:-cut].decode()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=1, max_size=300).filter(lambda b: b[0] not in b"{[" and b[0] < 0x80))
+def test_explicit_fluent_format_counts_every_non_record(value):
+    before = rejects("kafka", "bad_record")
+    assert decode_kafka_value(value, None, "t", 0, 1, fmt="fluent") == []
+    assert rejects("kafka", "bad_record") == before + 1
