@@ -18,8 +18,9 @@ FACTS = load_fact_rules()
 def _matching_ids(rb: RuleBook, text: str) -> list[str]:
     line = parse_line(text)
     hits = rb.scan(line.message).signatures
-    return [s.id for s, _ in hits
-            if s.levels is None or line.level is None or line.level in s.levels]
+    return [
+        s.id for s, _ in hits if s.levels is None or line.level is None or line.level in s.levels
+    ]
 
 
 @pytest.mark.parametrize("sig", SIGNATURES, ids=[s.id for s in SIGNATURES])
@@ -36,7 +37,8 @@ def test_signature_ignores_its_negative_examples(rulebook: RuleBook, sig) -> Non
 
 def test_every_failure_category_has_a_signature() -> None:
     covered = {s.category for s in SIGNATURES} | {
-        c for s in SIGNATURES for c in s.category_by_stage.values()}
+        c for s in SIGNATURES for c in s.category_by_stage.values()
+    }
     missing = set(CATEGORY_TIER) - covered - {"healthy"}
     assert not missing
 
@@ -69,6 +71,13 @@ def test_fact_patterns_extract_their_expected_value(rulebook: RuleBook, name: st
 
 
 def test_benign_serving_line_hits_no_signature(rulebook: RuleBook) -> None:
-    line = parse_line('(APIServer pid=1) INFO:     10.0.0.7:54182 - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    line = parse_line(
+        '(APIServer pid=1) INFO:     10.0.0.7:54182 - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+    )
     hits = rulebook.scan(line.message)
     assert hits.signatures == [] and hits.serving
+
+
+def test_every_failure_category_has_a_default_stage() -> None:
+    missing = set(CATEGORY_TIER) - set(STAGES.default_stage) - {"healthy"}
+    assert not missing

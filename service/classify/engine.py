@@ -410,12 +410,29 @@ class Classifier:
             return inc
         inc.note(f.line)
         inc.updated_at = f.time
+        self._implied_stage(inc, f, changes)
         if inc.add(f):
             self._refresh(st, inc)
             changes.append(Change("updated", inc))
         else:
             changes.append(Change("evidence", inc))
         return inc
+
+    def _implied_stage(self, inc: Incident, f: Finding, changes: list[Change]) -> None:
+        """A cascade that shows where things were (e.g. the API server's output handler
+        failed: the engine was serving) places a root cause whose stage was only a guess."""
+        sig = self.rules.signature(f.rule) if f.rule else None
+        p = inc.primary
+        if sig is None or not sig.implies_stage or p.stage_source != "default":
+            return
+        p.stage, p.stage_source = sig.implies_stage, "implied"
+        psig = self.rules.signature(p.rule) if p.rule else None
+        category = psig.category_by_stage.get(p.stage, psig.category) if psig else p.category
+        if category != p.category:
+            p.category, p.tier = category, tier_of(category)
+            p.remediation = (psig.remediation if psig and psig.remediation
+                             else self._first_move(category))
+            changes.append(Change("updated", inc))
 
     def _refresh(self, st: StreamState, inc: Incident) -> None:
         inc.facts = dict(st.facts)

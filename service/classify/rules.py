@@ -41,6 +41,7 @@ class Signature(BaseModel):
     stage: str | None = None  # the rung this failure belongs to by nature
     default_stage: str | None = None  # used only when nothing tells the stage
     min_stage: str | None = None  # the earliest stage this failure can happen in
+    implies_stage: str | None = None  # a cascade that shows where the root cause happened
     category_by_stage: dict[str, str] = Field(default_factory=dict)
     literals: list[str] | None = None  # prefilter; derived from the pattern when absent
     case_sensitive: bool = False
@@ -54,7 +55,7 @@ class Signature(BaseModel):
             raise ValueError(f"unknown category {v!r}")
         return v
 
-    @field_validator("stage", "default_stage", "min_stage")
+    @field_validator("stage", "default_stage", "min_stage", "implies_stage")
     @classmethod
     def _known_stage(cls, v: str | None) -> str | None:
         if v is not None and v not in STAGES:
