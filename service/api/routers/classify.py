@@ -95,7 +95,8 @@ async def classify(
         try:
             req = ClassifyRequest.model_validate_json(body)
         except ValidationError as exc:
-            raise HTTPException(status_code=422, detail=exc.errors(include_url=False, include_context=False)) from None
+            errors = exc.errors(include_url=False, include_context=False, include_input=False)
+            raise HTTPException(status_code=422, detail=errors) from None
         body, fmt, stream = req.log.encode("utf-8", "surrogatepass"), req.format, req.stream
     if not body.strip():
         raise HTTPException(status_code=400, detail="empty log")
