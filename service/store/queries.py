@@ -42,10 +42,12 @@ def chunk_seen(conn: Connection, chunk_id: str) -> bool:
 
 
 def incident_view(row: RowMapping) -> dict[str, Any]:
-    """The summary plus what the API shows beside it."""
+    """The summary plus what the API shows beside it. ``opened_at`` is the log time of the
+    root-cause line, or when the store first saw the incident if the log carried no time."""
     body = row["body"]
     out = Incident.from_dict(body).summary()
     out.update(
+        opened_at=row["opened_at"],
         stream=row["stream"], namespace=row["namespace"], pod=row["pod"], node=row["node"],
         updated_at=row["updated_at"], version=row["version"], meta=body.get("meta") or {},
         facts=body.get("facts") or {}, timeline=body.get("timeline") or {},
