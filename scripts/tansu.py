@@ -121,9 +121,19 @@ def running_pid(pid_file: Path) -> int | None:
 
 def create_topic(binary: str, host: str, port: int, name: str, partitions: int) -> None:
     proc = subprocess.run(
-        [binary, "topic", "create", "--broker", f"tcp://{host}:{port}",
-         "--partitions", str(partitions), name],
-        capture_output=True, text=True, timeout=30,
+        [
+            binary,
+            "topic",
+            "create",
+            "--broker",
+            f"tcp://{host}:{port}",
+            "--partitions",
+            str(partitions),
+            name,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     out = proc.stdout + proc.stderr
     if proc.returncode != 0 and "already exists" not in out:
@@ -135,8 +145,15 @@ def parse_topic(spec: str) -> tuple[str, int]:
     return name, int(parts) if parts else 1
 
 
-def start(host: str, port: int, pid_file: Path | None, log_file: Path | None,
-          topics: list[str], wait_s: float, storage_engine: str) -> str:
+def start(
+    host: str,
+    port: int,
+    pid_file: Path | None,
+    log_file: Path | None,
+    topics: list[str],
+    wait_s: float,
+    storage_engine: str,
+) -> str:
     if port == 0:
         port = free_port(host)
     default_pid, default_log = default_files(port)
@@ -150,11 +167,19 @@ def start(host: str, port: int, pid_file: Path | None, log_file: Path | None,
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with log_file.open("ab") as log:
             proc = subprocess.Popen(
-                [binary, "broker",
-                 "--listener-url", f"tcp://{host}:{port}",
-                 "--advertised-listener-url", f"tcp://{host}:{port}",
-                 "--storage-engine", storage_engine],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                [
+                    binary,
+                    "broker",
+                    "--listener-url",
+                    f"tcp://{host}:{port}",
+                    "--advertised-listener-url",
+                    f"tcp://{host}:{port}",
+                    "--storage-engine",
+                    storage_engine,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,  # outlives this script; stopped with `stop`
             )
         pid_file.parent.mkdir(parents=True, exist_ok=True)
@@ -169,8 +194,7 @@ def start(host: str, port: int, pid_file: Path | None, log_file: Path | None,
                 stop(pid_file)
                 raise SystemExit(f"tansu: broker not accepting on {host}:{port} after {wait_s}s")
             time.sleep(0.05)
-        print(f"tansu: pid {proc.pid} listening on {host}:{port} (log {log_file})",
-              file=sys.stderr)
+        print(f"tansu: pid {proc.pid} listening on {host}:{port} (log {log_file})", file=sys.stderr)
     else:
         print(f"tansu: reusing pid {pid} on {host}:{port}", file=sys.stderr)
     for spec in topics:
@@ -222,8 +246,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--pid-file", type=Path)
         if name == "start":
             p.add_argument("--log-file", type=Path)
-            p.add_argument("--topic", action="append", default=[],
-                           help="NAME[:PARTITIONS] to create (repeatable)")
+            p.add_argument(
+                "--topic",
+                action="append",
+                default=[],
+                help="NAME[:PARTITIONS] to create (repeatable)",
+            )
             p.add_argument("--wait", type=float, default=20.0, help="seconds to wait for it")
             p.add_argument("--storage-engine", default="memory://tansu/")
     sub.add_parser("bin")
@@ -232,8 +260,17 @@ def main(argv: list[str] | None = None) -> int:
         print(find_binary())
         return 0
     if args.cmd == "start":
-        print(start(args.host, args.port, args.pid_file, args.log_file, args.topic, args.wait,
-                    args.storage_engine))
+        print(
+            start(
+                args.host,
+                args.port,
+                args.pid_file,
+                args.log_file,
+                args.topic,
+                args.wait,
+                args.storage_engine,
+            )
+        )
         return 0
     if args.port == 0:
         raise SystemExit("tansu: --port 0 only makes sense for start")

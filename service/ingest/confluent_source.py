@@ -70,9 +70,14 @@ class ConfluentKafkaSource(KafkaSourceBase):
 
     client_name = "confluent-kafka"
 
-    def __init__(self, settings: KafkaSettings, handler: Handler,
-                 on_revoked: PartitionCallback | None = None,
-                 on_assigned: PartitionCallback | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        handler: Handler,
+        on_revoked: PartitionCallback | None = None,
+        on_assigned: PartitionCallback | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(settings, handler, on_revoked, on_assigned, **kwargs)
         self._consumer: Any = None
 
@@ -87,8 +92,12 @@ class ConfluentKafkaSource(KafkaSourceBase):
             on_lost=self._on_lost,
         )
         self._consumer = consumer
-        log.info("kafka(confluent-kafka): consuming %s as group %s from %s",
-                 ", ".join(self.settings.topics), self.settings.group, self.settings.bootstrap)
+        log.info(
+            "kafka(confluent-kafka): consuming %s as group %s from %s",
+            ", ".join(self.settings.topics),
+            self.settings.group,
+            self.settings.bootstrap,
+        )
 
     # callbacks run inside consume()/close() on this thread
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
@@ -102,8 +111,11 @@ class ConfluentKafkaSource(KafkaSourceBase):
                 self._commit(targets)
                 self._mark_committed(targets)
             except Exception as exc:
-                log.warning("kafka(confluent-kafka): commit on revoke of %s failed: %s",
-                            _describe(targets), exc)
+                log.warning(
+                    "kafka(confluent-kafka): commit on revoke of %s failed: %s",
+                    _describe(targets),
+                    exc,
+                )
         self._partitions_revoked(tps)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:

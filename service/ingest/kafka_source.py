@@ -186,8 +186,12 @@ class KafkaSourceBase(ABC):
             try:
                 self._open()
             except Exception as exc:
-                log.warning("kafka(%s): cannot connect to %s: %s", self.client_name,
-                            self.settings.bootstrap, exc)
+                log.warning(
+                    "kafka(%s): cannot connect to %s: %s",
+                    self.client_name,
+                    self.settings.bootstrap,
+                    exc,
+                )
                 self._backoff()
                 continue
             try:
@@ -219,8 +223,11 @@ class KafkaSourceBase(ABC):
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
             if thread.is_alive():
-                log.warning("kafka(%s): consumer thread still busy after %.0fs",
-                            self.client_name, timeout or 0)
+                log.warning(
+                    "kafka(%s): consumer thread still busy after %.0fs",
+                    self.client_name,
+                    timeout or 0,
+                )
 
     # ------------------------------------------------------------------ the loop
 
@@ -240,7 +247,10 @@ class KafkaSourceBase(ABC):
                         log.exception(
                             "kafka(%s): handler failed on %d records (%s); nothing committed, "
                             "re-reading from the last commit",
-                            self.client_name, len(batch), _describe(marks))
+                            self.client_name,
+                            len(batch),
+                            _describe(marks),
+                        )
                         self._rewind(marks)
                         self._backoff()
                         continue
@@ -266,11 +276,19 @@ class KafkaSourceBase(ABC):
                 marks[tp] = offset if low is None else min(low, offset)
             try:
                 records = decode_kafka_value(
-                    value, key, topic, partition, offset, fmt=fmt, max_line=max_line,
+                    value,
+                    key,
+                    topic,
+                    partition,
+                    offset,
+                    fmt=fmt,
+                    max_line=max_line,
                     source=source,
                 )
             except Exception as exc:  # the decoder should never raise; never let it stop us
-                metrics.reject(source, "decode_error", f"kafka:{topic}:{partition}:{offset} {exc!r}")
+                metrics.reject(
+                    source, "decode_error", f"kafka:{topic}:{partition}:{offset} {exc!r}"
+                )
                 records = []
             ps.next = offset + 1
             if not join:
@@ -339,8 +357,9 @@ class KafkaSourceBase(ABC):
         except Exception as exc:
             # the records are stored; the commit is retried with the next batch or on revoke.
             # If the partition moved meanwhile, its new owner re-reads them (duplicates only).
-            log.warning("kafka(%s): commit of %s failed: %s", self.client_name,
-                        _describe(targets), exc)
+            log.warning(
+                "kafka(%s): commit of %s failed: %s", self.client_name, _describe(targets), exc
+            )
             return
         self._mark_committed(targets)
 
@@ -360,7 +379,9 @@ class KafkaSourceBase(ABC):
             try:
                 self._seek(tp, offset)
             except Exception as exc:
-                raise _Restart(f"cannot seek {tp.topic}[{tp.partition}] to {offset}: {exc}") from exc
+                raise _Restart(
+                    f"cannot seek {tp.topic}[{tp.partition}] to {offset}: {exc}"
+                ) from exc
 
     def _backoff(self) -> None:
         delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** max(0, self._failures - 1))
@@ -516,9 +537,14 @@ class KafkaSource(KafkaSourceBase):
 
     client_name = "kafka-python"
 
-    def __init__(self, settings: KafkaSettings, handler: Handler,
-                 on_revoked: PartitionCallback | None = None,
-                 on_assigned: PartitionCallback | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        handler: Handler,
+        on_revoked: PartitionCallback | None = None,
+        on_assigned: PartitionCallback | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(settings, handler, on_revoked, on_assigned, **kwargs)
         self._consumer: KafkaConsumer | None = None
 
@@ -532,8 +558,12 @@ class KafkaSource(KafkaSourceBase):
             consumer.close(autocommit=False)
             raise
         self._consumer = consumer
-        log.info("kafka(kafka-python): consuming %s as group %s from %s",
-                 ", ".join(self.settings.topics), self.settings.group, self.settings.bootstrap)
+        log.info(
+            "kafka(kafka-python): consuming %s as group %s from %s",
+            ", ".join(self.settings.topics),
+            self.settings.group,
+            self.settings.bootstrap,
+        )
 
     def _poll(self, timeout_s: float, max_records: int) -> list[Message]:
         assert self._consumer is not None
@@ -599,8 +629,11 @@ def _make_listener(src: KafkaSource, consumer: KafkaConsumer) -> Any:
                     await consumer.commit_async(_kafka_python_offsets(targets))
                     src._mark_committed(targets)
                 except Exception as exc:
-                    log.warning("kafka(kafka-python): commit on revoke of %s failed: %s",
-                                _describe(targets), exc)
+                    log.warning(
+                        "kafka(kafka-python): commit on revoke of %s failed: %s",
+                        _describe(targets),
+                        exc,
+                    )
             src._partitions_revoked(tps)
 
         async def on_partitions_assigned(self, assigned: Any) -> None:
