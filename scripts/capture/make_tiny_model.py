@@ -12,6 +12,9 @@ Writes (all random weights, bf16, safetensors, a byte-level BPE tokenizer traine
 * tiny-llama-hd16     hidden 64, 4 heads -> head dim 16 (unsupported by the CPU attention kernel)
 * tiny-llama-notok    tiny-llama without any tokenizer files
 * tiny-remote-code    config.json with an auto_map to custom code (needs --trust-remote-code)
+* tiny-llama-noweights   tiny-llama without model.safetensors
+* tiny-llama-corrupt     tiny-llama with model.safetensors truncated to 4 KiB
+* tiny-unknown-arch      tiny-llama whose config.json names an architecture vLLM does not know
 """
 from __future__ import annotations
 
@@ -103,6 +106,21 @@ def main() -> None:
         "from transformers import LlamaForCausalLM\nfrom .configuration_tiny import TinyCustomConfig\n\n"
         "class TinyCustomForCausalLM(LlamaForCausalLM):\n    config_class = TinyCustomConfig\n")
     print("wrote", rc)
+
+    base = root / "tiny-llama"
+    for name in ("tiny-llama-noweights", "tiny-llama-corrupt", "tiny-unknown-arch"):
+        d = root / name
+        if d.exists():
+            shutil.rmtree(d)
+        shutil.copytree(base, d)
+    (root / "tiny-llama-noweights" / "model.safetensors").unlink()
+    data = (root / "tiny-llama-corrupt" / "model.safetensors").read_bytes()
+    (root / "tiny-llama-corrupt" / "model.safetensors").write_bytes(data[:4096])
+    ua = root / "tiny-unknown-arch" / "config.json"
+    cfg = json.loads(ua.read_text())
+    cfg["architectures"] = ["SentinelTinyForCausalLM"]
+    ua.write_text(json.dumps(cfg, indent=2))
+    print("wrote noweights / corrupt / unknown-arch variants")
 
 
 if __name__ == "__main__":

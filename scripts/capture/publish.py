@@ -184,7 +184,7 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "is bound before the engine starts). Stage cuda_init (before engine configuration, "
         "corpus convention). A deployment/port conflict -> config_error."),
     "trust-remote-code-required": (
-        "other", "config_error", "distributed_init",
+        "other", "config_error", "cuda_init",
         "Local model whose config.json has an auto_map to custom code, started without "
         "--trust-remote-code. First failure lines are logged ERRORs from the APIServer, "
         "multi-line (continuation lines end in CR): `ERROR ... [repo_utils.py:126] Error parsing config for "
@@ -194,9 +194,10 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "from repo_utils.py:124, then an uncaught traceback through create_engine_config -> "
         "create_model_config ending in `pydantic_core._pydantic_core.ValidationError: 1 "
         "validation error for ModelConfig` / `Value error, The repository ... contains custom "
-        "code ...`. Exit 1. Stage: engine configuration (create_engine_config) = "
-        "distributed_init, as for the other ModelConfig validation errors here, although no "
-        "engine-configuration INFO line was printed before the first ERROR."),
+        "code ...`. Exit 1. Stage cuda_init: the first failure line (the repo_utils ERROR) "
+        "comes right after `non-default args`, before any engine-configuration line, even "
+        "though the traceback later runs through create_engine_config (README rule: the "
+        "stage reached at the first failure line)."),
     "tokenizer-missing": (
         "other", "model_unavailable", "distributed_init",
         "Local model directory with config + weights but no tokenizer files. Engine "
@@ -235,7 +236,26 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "capacity", "host_memory", "distributed_init",
         "As dev-shm-too-small but /dev/shm is 64 MiB, Docker's default --shm-size: the same "
         "vLLM preflight `RuntimeError: Insufficient space in /dev/shm for shared-memory "
-        "allocation: 160 MiB required, N MiB free. ...` (see the log for N)."),
+        "allocation: 160 MiB required, 64 MiB free. Increase /dev/shm (e.g. --shm-size or "
+        "--ipc=host).` - i.e. this vLLM build does not start at all in a plain `docker run` "
+        "without --shm-size/--ipc=host."),
+    "rlimit-as-kv-alloc": (
+        "capacity", "host_memory", "kv_cache_init",
+        "Address-space limit (RLIMIT_AS = 6 GiB, i.e. `ulimit -v 6291456`, set on the server "
+        "process and inherited by its children; a healthy worker peaks at ~3.6 GB virtual) "
+        "with VLLM_CPU_KVCACHE_SPACE=8. vLLM's own check passes (`Explicitly set (8.0/11.84) "
+        "GiB for KV cache on node 0.`, `CPU KV cache size: 8,388,608 tokens`), then the "
+        "allocation fails: (Worker) ERROR `WorkerProc hit an exception.` (traceback twice) "
+        "ending in `RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. "
+        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 8589934592 bytes. "
+        "Error code 12 (Cannot allocate memory)`, EngineCore `EngineCore failed to start.` "
+        "-> `RuntimeError: Worker failed with error '[enforce fail at alloc_cpu.cpp:127] ...', "
+        "please check the stack trace above for the root cause`, `Worker proc VllmWorker-0 "
+        "died unexpectedly (exit code: None)`, the APIServer `Engine core initialization "
+        "failed` cascade, exit 1. Labelled host_memory (the process hit its host memory "
+        "limit; DefaultCPUAllocator = host RAM); oom_kv_cache is defensible since the "
+        "allocation that failed is the KV cache. A cgroup memory limit would instead "
+        "OOM-kill (see worker-killed-while-serving)."),
     "stall-multinode-no-peer": (
         "integration", "internode_network", "distributed_init",
         "stall: no error line; detected only by stall detection. --tensor-parallel-size 2 "
@@ -243,6 +263,16 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "node: the log goes silent while rank 0 waits for its peer; the whole process group "
         "was SIGKILLed after 90 s of silence (as a startup probe/restart would), so the log "
         "just stops."),
+    "stall-multinode-no-peer-sigterm": (
+        "integration", "internode_network", "distributed_init",
+        "stall: no error line; detected only by stall detection. Same command as "
+        "stall-multinode-no-peer (master port 29556). After 90 s of silence SIGTERM went to "
+        "the main process, as kubelet does first: vLLM printed NOTHING and did not exit "
+        "(the signal is not acted on while the API server waits for the engine core / the "
+        "rank waits in the gloo TCP rendezvous); 90 s later the whole process group was "
+        "SIGKILLed (exit -9). The log is therefore indistinguishable from the SIGKILL-only "
+        "stall: last line `(Worker pid=N) INFO ... [parallel_state.py:1906] world_size=2 "
+        "rank=0 local_rank=0 distributed_init_method=tcp://127.0.0.1:29556 backend=gloo`."),
 }
 
 

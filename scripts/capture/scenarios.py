@@ -205,6 +205,43 @@ def drive_kill_while_serving(needle: str, n_before: int = 2):
     return run
 
 
+def post_raw(path: str, body: bytes, timeout: float = 60) -> str:
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return f"{r.status}"
+    except urllib.error.HTTPError as e:
+        return f"HTTP {e.code}: {e.read()[:200]!r}"
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}"
+
+
+def drive_client_errors(cap: Capture) -> None:
+    """A healthy server that answers a handful of bad client requests with 4xx."""
+    if not cap.wait_for(STARTED, 300):
+        cap.note("never started")
+        return
+    time.sleep(2)
+    model = CURRENT_MODEL[0]
+    msgs = [{"role": "user", "content": "hello"}]
+    cap.note(f"chat -> {chat(QUESTIONS[0])}")
+    cap.note("wrong model name -> " + post_raw("/v1/chat/completions", json.dumps(
+        {"model": "gpt-4o", "messages": msgs}).encode()))
+    cap.note("prompt longer than max-model-len -> " + post_raw("/v1/chat/completions", json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "log line " * 1500}],
+         "max_tokens": 8}).encode()))
+    cap.note("malformed JSON -> " + post_raw("/v1/chat/completions", b'{"model": "x", "messages": ['))
+    cap.note("max_tokens -1 -> " + post_raw("/v1/chat/completions", json.dumps(
+        {"model": model, "messages": msgs, "max_tokens": -1}).encode()))
+    cap.note("max_tokens beyond context -> " + post_raw("/v1/completions", json.dumps(
+        {"model": model, "prompt": "hello", "max_tokens": 5000}).encode()))
+    cap.note(f"GET /v2/nothing -> {get('/v2/nothing')}")
+    cap.note(f"chat -> {chat(QUESTIONS[1])}")
+    time.sleep(4)
+    cap.send_signal(signal.SIGTERM)
+
+
 def drive_first_request(wait_after: float = 60):
     def run(cap: Capture) -> None:
         if not cap.wait_for(STARTED, 300):
@@ -358,6 +395,28 @@ SCENARIOS: dict[str, dict] = {
         drive=drive_stall(r"world_size=2 rank=0", silence=90, sig=signal.SIGTERM),
         what="as stall-multinode-no-peer, but after 90 s of silence SIGTERM goes to the main "
              "process (what kubelet does first), SIGKILL to the group 90 s later if needed"),
+    "healthy-client-errors": dict(
+        cmd=serve(M, "--max-model-len", "1024"),
+        env={"VLLM_LOG_STATS_INTERVAL": "2"},
+        drive=drive_client_errors,
+        what="healthy server answering bad client requests (unknown model, prompt too long, "
+             "malformed JSON, bad max_tokens, unknown route) with 4xx between good requests, "
+             "then SIGTERM"),
+    "weights-missing": dict(
+        cmd=serve(str(MODELS / "tiny-llama-noweights"), "--max-model-len", "1024"),
+        env={},
+        drive=drive_exit,
+        what="local model directory with config and tokenizer but no weight files"),
+    "weights-corrupt": dict(
+        cmd=serve(str(MODELS / "tiny-llama-corrupt"), "--max-model-len", "1024"),
+        env={},
+        drive=drive_exit,
+        what="model.safetensors truncated to 4 KiB (interrupted download / bad copy)"),
+    "unsupported-architecture": dict(
+        cmd=serve(str(MODELS / "tiny-unknown-arch"), "--max-model-len", "1024"),
+        env={},
+        drive=drive_exit,
+        what="config.json names an architecture vLLM does not implement"),
 }
 
 
