@@ -45,7 +45,6 @@ class Format(StrEnum):
 def decode_line(
     line: str,
     stream: str,
-    *,
     fmt: Format | str = Format.AUTO,
     position: str | None = None,
     meta: Mapping[str, Any] | None = None,

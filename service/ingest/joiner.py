@@ -76,8 +76,13 @@ class Joiner:
         """Consume a batch; return the complete records it yields, in order."""
         out: list[LogRecord] = []
         push = self.push
+        pending = self._pending
+        append = out.append
         for rec in records:
-            push(rec, out)
+            if pending or rec.meta.get(PARTIAL):
+                push(rec, out)
+            else:
+                append(rec)  # fast path: a complete line and nothing held
         return out
 
     def join(self, records: Iterable[LogRecord]) -> Iterator[LogRecord]:
