@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: venv
-	$(BIN)/vllm-sentinel classify tests/fixtures/real/kv-cache-too-small.log tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log || true
+	$(BIN)/vllm-sentinel serve $(if $(CONFIG),--config $(CONFIG),)
 
 test: venv
 	$(BIN)/ruff check service tests

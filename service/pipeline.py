@@ -115,6 +115,30 @@ class Pipeline:
     def close(self) -> None:
         self._worker.shutdown(wait=True)
 
+    def tick(self, now: float | None = None) -> int:
+        """Timer checks (stalls) on the streams in memory; commits what they opened.
+        Returns the number of incident changes."""
+        with self._lock:
+            changes = self.classifier.tick(self.clock() if now is None else now)
+            if not changes:
+                return 0
+            touched: dict[str, None] = {}
+            changed: dict[str, tuple[Incident, list[str]]] = {}
+            self._collect(changes, changed, touched)
+            eff = BatchEffects(
+                streams={k: self.classifier.state(k).to_dict() for k in touched},
+                incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
+                positions=[], chunk_id=None, at=self.clock(),
+            )
+            try:
+                self.store.commit_batch(eff)
+            except BaseException:
+                self.forget(touched)
+                raise
+            if self.on_commit is not None:
+                self.on_commit()
+            return len(changes)
+
     # ---- Kafka hooks -----------------------------------------------------------------
     def forget(self, stream_keys: Iterable[str]) -> None:
         """Drop in-memory state of these streams (the store's snapshot is reloaded)."""

@@ -1,0 +1,161 @@
+"""``vllm-sentinel serve``: wire the parts together and run them until SIGTERM/SIGINT.
+
+One process: the FastAPI API (uvicorn) and the Fluentd forward server share an asyncio
+loop; the Kafka consumer, the notification dispatcher and the stall ticker run on threads.
+Kafka and the database are the distributed engine: several instances in one consumer group
+share PostgreSQL, nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+
+from service.api.app import create_app
+from service.classify.engine import Classifier
+from service.classify.loader import load_text_model
+from service.classify.novelty import NoveltyDetector
+from service.classify.rulebook import RuleBook
+from service.config import Settings, load_settings
+from service.context import ServiceContext
+from service.ingest.forward import ForwardServer
+from service.notify.dispatcher import Dispatcher
+from service.pipeline import Pipeline
+from service.store import Store
+
+log = logging.getLogger("vllm_sentinel")
+
+
+@dataclass
+class Service:
+    """The running parts of one instance."""
+
+    ctx: ServiceContext
+    dispatcher: Dispatcher
+    forward: ForwardServer | None = None
+    kafka: Any | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _ticker: threading.Thread | None = None
+
+    @property
+    def pipeline(self) -> Pipeline:
+        return self.ctx.pipeline
+
+    def start_threads(self) -> None:
+        self.dispatcher.start()
+        st = self.ctx.settings.stall
+        if st.enabled:
+            self._ticker = threading.Thread(target=self._tick_loop, args=(st.check_interval_s,),
+                                            name="stall-ticker", daemon=True)
+            self._ticker.start()
+        if self.kafka is not None:
+            self.kafka.start()
+
+    def _tick_loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.pipeline.tick(time.time())
+            except Exception:  # noqa: BLE001 - the ticker must survive a store hiccup
+                log.exception("stall check failed; retrying at the next tick")
+
+    def stop_threads(self) -> None:
+        self._stop.set()
+        if self.kafka is not None:
+            self.kafka.stop()
+        if self._ticker is not None:
+            self._ticker.join(5)
+        self.pipeline.close()
+        self.dispatcher.stop()
+        self.ctx.store.close()
+
+
+def build(settings: Settings) -> Service:
+    """Create every part from the settings (migrates the store first)."""
+    store = Store(settings.store.url, settings.store.pool_size)
+    store.migrate()
+    rulebook = RuleBook()
+    model = load_text_model() if settings.use_model else None
+    classifier = Classifier(rulebook, text_model=model, novelty=NoveltyDetector(),
+                            clock=time.time, stall_deadlines=settings.stall.deadlines_s)
+    ctx_kwargs = {"instance_id": settings.instance_id} if settings.instance_id else {}
+    ctx = ServiceContext(settings=settings, store=store, pipeline=None, rulebook=rulebook,
+                         text_model=model, **ctx_kwargs)
+    dispatcher = Dispatcher(store, settings.receivers, settings.notify,
+                            instance_id=ctx.instance_id)
+    ctx.pipeline = Pipeline(store, classifier, router=dispatcher.router,
+                            on_commit=dispatcher.wake)
+    svc = Service(ctx=ctx, dispatcher=dispatcher)
+    fwd = settings.sources.forward
+    if fwd is not None:
+        tls = None
+        if fwd.tls_cert:
+            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            tls.load_cert_chain(fwd.tls_cert, fwd.tls_key)
+        pipeline = ctx.pipeline
+
+        async def sink(records: list) -> None:
+            await pipeline.submit(records, source="forward")
+
+        svc.forward = ForwardServer(sink, fwd.host, fwd.port, shared_key=fwd.shared_key,
+                                    tls=tls, self_hostname=fwd.self_hostname)
+    if settings.sources.kafka is not None:
+        from service.ingest.kafka_source import make_kafka_source
+
+        pipeline = ctx.pipeline
+        svc.kafka = make_kafka_source(
+            settings.sources.kafka,
+            lambda records: pipeline.process(records, source="kafka"),
+            on_revoked=pipeline.on_partitions_revoked,
+            on_assigned=pipeline.on_partitions_assigned,
+        )
+    ctx.extra["service"] = svc
+    return svc
+
+
+async def run(svc: Service) -> None:
+    """Serve until uvicorn is told to exit (SIGTERM/SIGINT), then stop cleanly."""
+    s = svc.ctx.settings
+    app = create_app(svc.ctx)
+    server = uvicorn.Server(uvicorn.Config(app, host=s.api.host, port=s.api.port,
+                                           log_level="info", access_log=False,
+                                           lifespan="on"))
+    if svc.forward is not None:
+        await svc.forward.start()
+        log.info("forward protocol on %s:%s", s.sources.forward.host, svc.forward.port)
+    svc.start_threads()
+    svc.ctx.ready = True
+    try:
+        await server.serve()
+    finally:
+        svc.ctx.ready = False
+        if svc.forward is not None:
+            await svc.forward.stop()
+        await asyncio.to_thread(svc.stop_threads)
+
+
+def serve(config: str | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(config)
+    svc = build(settings)
+    log.info("vllm-sentinel %s: store %s, api %s:%s, kafka %s, receivers %s",
+             svc.ctx.instance_id, _redact(settings.store.url), settings.api.host,
+             settings.api.port, "on" if svc.kafka else "off",
+             [r.name for r in settings.receivers])
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run(svc))
+    return 0
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return url
