@@ -323,6 +323,18 @@ def test_cri_chunks_are_joined_across_messages_and_flushed_on_stop():
     assert [r.text for r in records][-1] == "never finished"
 
 
+def test_a_line_whose_closing_chunk_never_comes_is_flushed_after_the_timeout():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        client = await Client.connect(server)
+        chunk = {"time": "2026-07-27T10:11:12.1Z", "stream": "stderr", "_p": "P"}
+        await client.send([TAG, T0, {**chunk, "log": "Fatal Python error: Segmentation"}])
+        await until(lambda: len(sink.records) == 1, timeout=2.0)
+        assert sink.records[0].text == "Fatal Python error: Segmentation"
+        await client.close()
+
+    serve(test, partial_timeout=0.2)
+
+
 def test_lines_in_counts_records_passed_to_the_sink():
     async def test(server: ForwardServer, sink: Sink) -> None:
         before = lines_in("forward")

@@ -12,8 +12,9 @@ Every complete message read in one go is decoded into one batch for the sink. Ba
 counted with :func:`service.metrics.reject` and never stops the server: a malformed msgpack
 stream or an over-size frame drops that connection (the stream cannot be resynchronised), a
 well-formed message of an unknown shape is skipped. Runtime chunks (CRI ``P``) are joined
-across messages per stream; lines still unfinished at :meth:`ForwardServer.stop` are flushed
-to the sink.
+across messages per stream; a line whose closing chunk has not come within
+``partial_timeout`` seconds, or is still unfinished at :meth:`ForwardServer.stop`, is passed
+to the sink as it is.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ class ForwardServer:
         max_decompressed_bytes: int | None = None,
         max_line: int = MAX_LINE,
         join: bool = True,
+        partial_timeout: float = 5.0,
         handshake_timeout: float = 10.0,
         source: str = "forward",
     ) -> None:
@@ -90,6 +92,8 @@ class ForwardServer:
         self.handshake_timeout = handshake_timeout
         self.source = source
         self.joiner = Joiner(max_line, source=source) if join else None
+        self.partial_timeout = partial_timeout
+        self._flusher: asyncio.Task[None] | None = None
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[Any]] = set()
         self._packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
@@ -111,12 +115,18 @@ class ForwardServer:
         self._server = await asyncio.start_server(
             self._handle, self.host, self._port, ssl=self.tls, limit=_READ_SIZE
         )
+        if self.joiner is not None:
+            self._flusher = asyncio.create_task(self._flush_idle_lines())
         log.info("forward server listening on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:
         """Stop accepting, close open connections, flush unfinished lines to the sink."""
         if self._server is not None:
             self._server.close()
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+            self._flusher = None
         for task in list(self._connections):
             task.cancel()
         if self._connections:
@@ -129,6 +139,19 @@ class ForwardServer:
             if rest:
                 await self.sink(rest)
                 self._lines_in.inc(len(rest))
+
+    async def _flush_idle_lines(self) -> None:
+        """Emit lines whose closing chunk never came (the container died mid-line)."""
+        assert self.joiner is not None
+        while True:
+            await asyncio.sleep(self.partial_timeout / 2)
+            stale = self.joiner.flush_idle(self.partial_timeout)
+            if stale:
+                try:
+                    await self.sink(stale)
+                    self._lines_in.inc(len(stale))
+                except Exception:
+                    log.exception("forward: sink refused %d unfinished lines", len(stale))
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
