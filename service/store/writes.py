@@ -20,7 +20,8 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
     now = eff.at
     if eff.chunk_id is not None:
         stmt = insert(conn, forward_chunks).values(chunk_id=eff.chunk_id, seen_at=now)
-        if conn.execute(stmt.on_conflict_do_nothing()).rowcount == 0:
+        stmt = stmt.on_conflict_do_nothing().returning(forward_chunks.c.chunk_id)
+        if conn.execute(stmt).first() is None:  # (rowcount is unreliable for INSERT)
             raise DuplicateChunk(eff.chunk_id)
     for p in eff.positions:
         _advance(conn, p.source, p.partition, p.expected, p.position, now)
@@ -57,7 +58,8 @@ def _advance(conn: Connection, source: str, partition: str, expected: int | None
     if expected is None:
         stmt = insert(conn, source_positions).values(
             source=source, partition=partition, position=position, updated_at=now)
-        done = conn.execute(stmt.on_conflict_do_nothing()).rowcount
+        stmt = stmt.on_conflict_do_nothing().returning(source_positions.c.position)
+        done = 0 if conn.execute(stmt).first() is None else 1
     else:
         t = source_positions.c
         done = conn.execute(
