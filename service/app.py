@@ -20,6 +20,7 @@ from typing import Any
 import uvicorn
 
 from service.api.app import create_app
+from service.api.auth import check_auth_config
 from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
 from service.classify.novelty import NoveltyDetector
@@ -144,6 +145,7 @@ async def run(svc: Service) -> None:
 def serve(config: str | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(config)
+    check_auth_config(settings.api)  # refuse an open API on a non-loopback host before any work
     svc = build(settings)
     log.info("vllm-sentinel %s: store %s, api %s:%s, kafka %s, receivers %s",
              svc.ctx.instance_id, _redact(settings.store.url), settings.api.host,

@@ -21,6 +21,7 @@ class ApiSettings(BaseModel):
     port: int = 8080
     token: str | None = None  # bearer token for writes and ingest; None = no auth (dev only)
     read_token: str | None = None  # optional bearer token for reads as well
+    allow_unauthenticated: bool = False  # permit no token on a non-loopback host (not advised)
 
 
 class StoreSettings(BaseModel):

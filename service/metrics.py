@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+disable_created_metrics()  # no *_created series: they double the series count for nothing
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 log = logging.getLogger("vllm_sentinel.rejects")
