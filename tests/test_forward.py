@@ -208,6 +208,30 @@ def test_no_ack_before_the_sink_returns():
     serve(test)
 
 
+def test_chunks_of_a_batch_the_sink_refused_are_not_joined_twice():
+    async def test(server: ForwardServer, sink: Sink) -> None:
+        chunk = {"time": "2026-07-27T10:11:12.1Z", "stream": "stdout"}
+        first = await Client.connect(server)
+        await first.send([TAG, [[T0, {**chunk, "_p": "P", "log": "part1-"}]], {"chunk": "1"}])
+        assert await first.receive() == {"ack": "1"}
+        second = [
+            TAG,
+            [[T0, {**chunk, "_p": "P", "log": "part2-"}], [T0, {**chunk, "_p": "F", "log": "end"}]],
+            {"chunk": "2"},
+        ]
+        sink.fail = True
+        await first.send(second)
+        assert await first.closed_by_server()
+        sink.fail = False
+        retry = await Client.connect(server)
+        await retry.send(second)
+        assert await retry.receive() == {"ack": "2"}
+        assert [r.text for r in sink.records] == ["part1-part2-end"]
+        await retry.close()
+
+    serve(test)
+
+
 def test_failed_sink_means_no_ack_and_a_closed_connection():
     async def test(server: ForwardServer, sink: Sink) -> None:
         sink.fail = True

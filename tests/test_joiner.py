@@ -153,3 +153,15 @@ def test_any_split_rejoins_to_the_original_line(line, cuts, use_docker):
         lines = [cri(c, "P") for c in chunks[:-1]] + [cri(chunks[-1], "F")]
     out = Joiner().feed(decode_all(lines))
     assert [r.text for r in out] == [line]
+
+
+def test_rollback_undoes_a_batch_that_could_not_be_stored():
+    joiner = Joiner()
+    joiner.feed(decode_all([cri("held ", "P")], "a"))  # an earlier, stored batch
+    mark = joiner.checkpoint()
+    batch = decode_all([cri("chunk ", "P"), cri("end")], "a") + decode_all([cri("x", "P")], "b")
+    assert [r.text for r in joiner.feed(batch)] == ["held chunk end"]
+    joiner.rollback(mark)  # the sink failed; the sender will resend the same batch
+    retry = decode_all([cri("chunk ", "P"), cri("end")], "a") + decode_all([cri("x", "P")], "b")
+    assert [r.text for r in joiner.feed(retry)] == ["held chunk end"]
+    assert [r.text for r in joiner.flush()] == ["x"]

@@ -164,10 +164,17 @@ class ForwardServer:
                 return
             while True:
                 records, acks, healthy = self._drain(unpacker)
+                mark = None
                 if self.joiner is not None and records:
+                    mark = self.joiner.checkpoint()
                     records = self.joiner.feed(records)
                 if records:
-                    await self.sink(records)
+                    try:
+                        await self.sink(records)
+                    except Exception:
+                        if mark is not None and self.joiner is not None:
+                            self.joiner.rollback(mark)  # the client will resend these chunks
+                        raise
                     self._lines_in.inc(len(records))
                 if acks:
                     for chunk in acks:

@@ -95,6 +95,20 @@ class Joiner:
                 yield from out
                 out.clear()
 
+    def checkpoint(self) -> dict[tuple[str, Any], tuple[_Pending, int, int, bool]]:
+        """Cheap snapshot of the held lines (O(streams held)) for :meth:`rollback`."""
+        return {k: (p, len(p.parts), p.size, p.truncated) for k, p in self._pending.items()}
+
+    def rollback(self, mark: dict[tuple[str, Any], tuple[_Pending, int, int, bool]]) -> None:
+        """Undo everything fed since ``mark`` was taken: when the batch that completed lines
+        could not be stored, the sender retries it and its chunks must not count twice."""
+        self._pending = {}
+        for key, (pending, parts, size, truncated) in mark.items():
+            del pending.parts[parts:]
+            pending.size = size
+            pending.truncated = truncated
+            self._pending[key] = pending
+
     def flush(self, stream: str | None = None) -> list[LogRecord]:
         """Emit held lines unfinished (all, or those of one stream), e.g. at end of a file."""
         keys = [k for k in self._pending if stream is None or k[0] == stream]
