@@ -6,6 +6,7 @@ Also home of the database fixtures and log helpers the pipeline and notify tests
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import threading
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, text
 
-from service.classify.loader import build_classifier
+from service.classify.engine import Classifier
+from service.classify.novelty import NoveltyDetector
+from service.classify.rulebook import RuleBook
 from service.ingest.files import read_files
 from service.pipeline import Pipeline
 from service.records import LogRecord
@@ -102,14 +105,24 @@ def k8s(namespace: str, pod: str, node: str = "gpu-node-1", **labels: str) -> di
             "labels": labels}
 
 
+@functools.cache
+def _rulebook() -> RuleBook:
+    return RuleBook()  # compiled once, shared read-only (as the service does)
+
+
+def classifier(**kwargs: Any) -> Classifier:
+    """Signatures only, like ``build_classifier(use_model=False)``, on the shared rule book."""
+    return Classifier(_rulebook(), novelty=NoveltyDetector(), **kwargs)
+
+
 def pipeline(store: Store, **kwargs: Any) -> Pipeline:
-    return Pipeline(store, lambda **kw: build_classifier(use_model=False, **kw), **kwargs)
+    return Pipeline(store, classifier, **kwargs)
 
 
 def reference(recs: list[LogRecord]) -> tuple[Any, list[str], list[str]]:
     """The same records through a plain in-memory classifier: (classifier, notifiable change
     kinds, incident ids in order of appearance)."""
-    clf = build_classifier(use_model=False)
+    clf = classifier()
     changes = [c for r in recs for c in clf.feed(r) if c.kind != "evidence"]
     ids = list(dict.fromkeys(c.incident.id for c in changes))
     return clf, [c.kind for c in changes], ids
