@@ -76,7 +76,8 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "flight and the `VLLM::Worker` process got SIGKILL (kill -9, as the kernel OOM "
         "killer would do; nothing in the log says 'Killed' or 'OOM'). First failure line: "
         "(EngineCore) ERROR `Worker proc VllmWorker-0 died unexpectedly (exit code: ...), "
-        "shutting down executor.` (exit code printed as None or -9 depending on timing), "
+        "shutting down executor.` (`exit code: None` in this capture - the executor noticed "
+        "the death before the exit status was reaped; the reference run saw `-9`), "
         "then dump_input ERROR lines, `EngineCore encountered a fatal error.` traceback "
         "ending in `RuntimeError: cancelled` (shm_broadcast acquire_read), APIServer "
         "`AsyncLLM output_handler failed` -> EngineDeadError, HTTP 500s, and the API server "
@@ -273,6 +274,47 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "SIGKILLed (exit -9). The log is therefore indistinguishable from the SIGKILL-only "
         "stall: last line `(Worker pid=N) INFO ... [parallel_state.py:1906] world_size=2 "
         "rank=0 local_rank=0 distributed_init_method=tcp://127.0.0.1:29556 backend=gloo`."),
+    "healthy-client-errors": (
+        "none", "healthy", "serving",
+        "Trap case: a healthy server (VLLM_LOG_STATS_INTERVAL=2) answering bad client "
+        "requests between two good ones: unknown model name -> an APIServer ERROR line "
+        "`ERROR ... [serving.py:274] Error with model error=ErrorInfo(message='The model "
+        "`gpt-4o` does not exist. Valid aliases: <path>', type='NotFoundError', "
+        "param='model', code=404)` + access line 404; prompt longer than max-model-len, "
+        "malformed JSON, max_tokens -1, max_tokens 5000 > max_model_len -> access lines "
+        "`400 Bad Request` only (nothing else logged); GET /v2/nothing -> 404. Then stats "
+        "lines and SIGTERM. " + ORDERLY),
+    "weights-missing": (
+        "other", "model_unavailable", "model_load",
+        "Local model directory with config and tokenizer but no weight files. Startup runs "
+        "to `Starting to load model /tmp/vllm-models/tiny-llama-noweights...`, then (Worker) "
+        "ERROR `WorkerProc failed to start.` traceback ending in `RuntimeError: Cannot find "
+        "any model weights with `/tmp/vllm-models/tiny-llama-noweights``, EngineCore "
+        "`Exception: WorkerProc initialization failed due to an exception in a background "
+        "process. See stack trace for root cause.` (logged and as unprefixed `Process "
+        "EngineCore:` traceback - here the raw stderr traceback arrived BEFORE the logged "
+        "stdout one), APIServer `RuntimeError: Engine core initialization failed. See root "
+        "cause above. Failed core proc(s): {}`. Exit 1."),
+    "weights-corrupt": (
+        "other", "model_unavailable", "model_load",
+        "model.safetensors truncated to 4 KiB (an interrupted download or copy). `Loading "
+        "safetensors checkpoint shards:   0% Completed | 0/1` (tqdm on stderr, unprefixed) "
+        "then (Worker) ERROR `WorkerProc failed to start.` traceback ending in "
+        "`safetensors._safetensors_rust.SafetensorError: Error while deserializing header: "
+        "incomplete metadata, file not fully covered`, then the same EngineCore/APIServer "
+        "cascade as weights-missing. Labelled model_unavailable (the local weights are not "
+        "usable; fix = re-download), could be argued as unknown."),
+    "unsupported-architecture": (
+        "other", "config_error", "cuda_init",
+        "config.json names `SentinelTinyForCausalLM`, which vLLM does not implement. Right "
+        "after `non-default args`, an uncaught traceback through create_engine_config -> "
+        "create_model_config ending in `pydantic_core._pydantic_core.ValidationError: 1 "
+        "validation error for ModelConfig` / `Value error, Model architectures "
+        "['SentinelTinyForCausalLM'] are not supported for now. Supported architectures: "
+        "dict_keys([...several hundred names...]) [type=value_error, ...]` (one very long "
+        "line). Exit 1. Stage cuda_init: the failure line comes before any engine "
+        "configuration line (`Resolved architecture` is never printed). config_error: wrong "
+        "model for this vLLM version (upgrade vLLM or use another model)."),
 }
 
 
