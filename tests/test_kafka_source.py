@@ -423,6 +423,30 @@ def test_strict_fluent_format_drops_junk(kafka_bootstrap, start_source, client):
     assert rejects("kafka", "bad_record") - before >= 5
 
 
+class OffsetStore(Collector):
+    """A handler with the pipeline's rule: a record whose offset is not above the highest
+    offset applied for its partition is skipped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.high: dict[str, int] = {}
+        self.skipped: list[str] = []
+
+    def __call__(self, records: list[LogRecord]) -> None:
+        fresh = []
+        high = dict(self.high)
+        for rec in records:
+            base = (rec.position or "").split("#", 1)[0]
+            part, _, off = base.rpartition(":")
+            if int(off) <= self.high.get(part, -1):
+                self.skipped.append(rec.position or "")
+                continue
+            high[part] = max(high.get(part, -1), int(off))
+            fresh.append(rec)
+        super().__call__(fresh)
+        self.high = high
+
+
 @integration
 @pytest.mark.parametrize("client", CLIENTS)
 def test_runtime_chunks_join_across_batches_and_hold_the_commit(
@@ -439,7 +463,7 @@ def test_runtime_chunks_join_across_batches_and_hold_the_commit(
             (CONTAINER_ID_2.encode(), ROUTES.encode(), 0),
         ],
     )
-    got = Collector()
+    got = OffsetStore()
     settings = fast_settings(kafka_bootstrap, topic, client, max_poll_records=1)
     src = start_source(settings, got)
     wait_for(lambda: got.count() == 1, what="the unrelated line")
@@ -449,10 +473,41 @@ def test_runtime_chunks_join_across_batches_and_hold_the_commit(
     assert committed(kafka_bootstrap, settings.group, topic, 1) == {0: sent[0][1]}
     sent += produce(kafka_bootstrap, topic, [(key, f"{CRI_TIME} stderr F {tail}".encode(), 0)])
     wait_for(lambda: got.count() == 2, what="the joined line")
-    joined = got.applied[f"kafka:{topic}:0:0"]
+    # complete at its closing chunk: a position above the unrelated line's, so a store that
+    # skips offsets it has passed does not drop it
+    joined = got.applied[f"kafka:{topic}:0:2"]
     assert (joined.stream, joined.text) == (CONTAINER_ID, head + tail)
+    assert not got.skipped
     wait_for(
         lambda: committed(kafka_bootstrap, settings.group, topic, 1) == {0: 3},
         what="commit after the closing chunk",
+    )
+    src.stop()
+
+
+@integration
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_line_whose_closing_chunk_never_comes_is_released(kafka_bootstrap, start_source, client):
+    topic = create_topic(kafka_bootstrap, 1)
+    head = "(EngineCore_DP0 pid=68) ERROR 07-27 10:11:14 [core.py:946] Runtime"
+    produce(
+        kafka_bootstrap, topic, [(CONTAINER_ID.encode(), f"{CRI_TIME} stderr P {head}".encode(), 0)]
+    )
+    got = OffsetStore()
+    settings = fast_settings(kafka_bootstrap, topic, client)
+    src = start_source(settings, got, join_idle_s=0.3)
+    chunk_read = lambda: any(ps.next == 1 for ps in src._parts.values())  # noqa: E731
+    wait_for(chunk_read, what="the chunk consumed")
+    time.sleep(0.5)
+    assert got.count() == 0  # held (the container died mid-line); the commit waits on it
+    produce(kafka_bootstrap, topic, [(CONTAINER_ID_2.encode(), ROUTES.encode(), 0)])
+    wait_for(lambda: got.count() == 2, what="the unfinished line and the next one")
+    assert [(r.position, r.text) for r in got.records] == [
+        (f"kafka:{topic}:0:1#idle0", head),
+        (f"kafka:{topic}:0:1", ROUTES),
+    ]
+    wait_for(
+        lambda: committed(kafka_bootstrap, settings.group, topic, 1) == {0: 2},
+        what="commit past the released line",
     )
     src.stop()

@@ -27,8 +27,11 @@ last commit. Duplicates happen after a crash, a failed handler or a rebalance; l
 
 Runtime chunks (CRI ``P`` / Docker 16 KiB partials) are joined per partition; a partition's
 commit never passes the first chunk of a line still being held, so a crash while a line is
-half-read re-reads its chunks. A line whose closing chunk never comes is emitted unfinished
-after ``join_idle_s``.
+half-read re-reads its chunks. Positions handed to the handler never go backwards within a
+partition (a handler may skip any offset at or below the highest it applied): a joined line
+takes the position of its *closing* chunk, and a line whose closing chunk never came is
+emitted unfinished, once it is ``join_idle_s`` old, just before the next message of its
+partition, with that message's offset (``kafka:t:p:<offset>#idle<i>``).
 
 Rebalances: ``on_partitions_revoked`` commits what is done for the revoked partitions, drops
 their joiners and then calls ``on_revoked(partitions)``; ``on_partitions_assigned`` calls
@@ -105,13 +108,13 @@ class _PartitionState:
     """What the source knows about one assigned partition."""
 
     joiner: Joiner
-    # (stream, fd) of every line the joiner holds -> offset of the message of its 1st chunk
-    held: dict[tuple[str, Any], int] = field(default_factory=dict)
+    # (stream, fd) of every line the joiner holds -> (offset of its 1st chunk, monotonic time)
+    held: dict[tuple[str, Any], tuple[int, float]] = field(default_factory=dict)
     next: int | None = None  # offset after the last message decoded
     committed: int | None = None  # last offset this source committed
 
     def held_min(self) -> int | None:
-        return min(self.held.values()) if self.held else None
+        return min(v[0] for v in self.held.values()) if self.held else None
 
     def safe_offset(self) -> int | None:
         """The offset to commit: past everything handed to the handler, not past a held chunk."""
@@ -164,7 +167,6 @@ class KafkaSourceBase(ABC):
         self._thread: threading.Thread | None = None
         self._failures = 0
         self._next_lag = 0.0
-        self._next_idle = 0.0
         self.batches = 0  # handled batches (for tests and the status page)
         self.failed_batches = 0
 
@@ -235,8 +237,6 @@ class KafkaSourceBase(ABC):
         while not self._stop.is_set():
             messages = self._poll(self.poll_timeout_s, self.settings.max_poll_records)
             batch, marks = self._decode(messages)
-            if self.join:
-                self._flush_idle(batch, marks)
             if marks:
                 if batch:
                     try:
@@ -294,42 +294,49 @@ class KafkaSourceBase(ABC):
             if not join:
                 out.extend(records)
                 continue
+            if ps.held:
+                self._release_idle(ps, f"kafka:{topic}:{partition}:{offset}", out)
             for rec in records:
-                self._push(ps, rec, offset, out)
+                if ps.held or rec.meta.get(PARTIAL):
+                    self._push(ps, rec, offset, out)
+                else:
+                    out.append(rec)  # the joiner holds nothing of this partition
         return out, marks
 
     @staticmethod
     def _push(ps: _PartitionState, rec: LogRecord, offset: int, out: list[LogRecord]) -> None:
-        """Feed the partition's joiner and mirror which lines it holds (and since when)."""
+        """Feed the partition's joiner, mirror which lines it holds (and since when), and give
+        what it emits the position of the record that completed it."""
         meta = rec.meta
+        key = (rec.stream, meta.get("fd"))
+        held = ps.held
+        n = len(out)
         if meta.get(PARTIAL):
-            key = (rec.stream, meta.get("fd"))
-            held = ps.held
-            if key not in held:
-                if len(held) >= ps.joiner.max_streams:  # the joiner emits its oldest line
-                    del held[next(iter(held))]
-                held[key] = offset
-        elif ps.held:
-            ps.held.pop((rec.stream, meta.get("fd")), None)
-        ps.joiner.push(rec, out)
-
-    def _flush_idle(self, out: list[LogRecord], marks: dict[Partition, int]) -> None:
-        now = time.monotonic()
-        if now < self._next_idle:
+            new = key not in held
+            if new and len(held) >= ps.joiner.max_streams:  # the joiner emits its oldest line
+                del held[next(iter(held))]
+            ps.joiner.push(rec, out)
+            for i in range(n, len(out)):  # an evicted, unfinished line
+                out[i].position = f"{rec.position}#evicted"
+            if new:
+                held[key] = (offset, time.monotonic())
             return
-        self._next_idle = now + min(1.0, self.join_idle_s / 2)
-        for tp, ps in self._parts.items():
-            if not ps.held:
-                continue
-            low = ps.held_min()
-            flushed = ps.joiner.flush_idle(self.join_idle_s, now)
-            if not flushed:
-                continue
-            assert low is not None
-            marks[tp] = min(marks.get(tp, low), low)
-            for rec in flushed:
-                ps.held.pop((rec.stream, rec.meta.get("fd")), None)
-            out.extend(flushed)
+        closes = held.pop(key, None) is not None
+        ps.joiner.push(rec, out)
+        if closes:
+            for i in range(n, len(out)):  # the joined line: complete at its closing chunk
+                out[i].position = rec.position
+
+    def _release_idle(self, ps: _PartitionState, position: str, out: list[LogRecord]) -> None:
+        """Emit (unfinished) the lines held longer than ``join_idle_s``, positioned at the
+        message being decoded so that positions never go backwards."""
+        now = time.monotonic()
+        if now - min(v[1] for v in ps.held.values()) < self.join_idle_s:
+            return
+        for i, rec in enumerate(ps.joiner.flush_idle(self.join_idle_s, now)):
+            ps.held.pop((rec.stream, rec.meta.get("fd")), None)
+            rec.position = f"{position}#idle{i}"
+            out.append(rec)
 
     def _commit_targets(self, only: Iterable[Partition] | None = None) -> dict[Partition, int]:
         wanted = None if only is None else set(only)
