@@ -244,3 +244,14 @@ def test_msgpack_junk_tail_is_one_reject_and_the_events_before_it_are_kept(junk,
     records, rejected = decode_http_body(body + b"\xc1" + junk, "application/msgpack", None)
     assert [r.time for r in records] == [T0 + i for i in range(count)]  # event time wins
     assert rejected == 1 and rejects("http", "bad_msgpack") == before + 1
+
+
+def test_gunzip_tells_too_large_from_corrupt():
+    from service.ingest.compression import DecompressedTooLarge, gunzip
+
+    with pytest.raises(DecompressedTooLarge):
+        gunzip(gzip.compress(b"x" * 10_000), 1000)
+    with pytest.raises(ValueError) as corrupt:
+        gunzip(gzip.compress(b"x" * 10_000)[:-9], 100_000)
+    assert not isinstance(corrupt.value, DecompressedTooLarge)
+    assert gunzip(gzip.compress(b"ok"), 2) == b"ok"

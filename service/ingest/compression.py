@@ -8,9 +8,14 @@ import zlib
 GZIP_MAGIC = b"\x1f\x8b"
 
 
+class DecompressedTooLarge(ValueError):
+    """The body inflates beyond the allowed size (a client error worth a 413, not a 400)."""
+
+
 def gunzip(data: bytes, limit: int) -> bytes:
     """Decompress gzip data (several concatenated members allowed, as Fluentd writes them)
-    to at most ``limit`` bytes; raise ``ValueError`` if corrupt, truncated or larger."""
+    to at most ``limit`` bytes; raise ``ValueError`` if corrupt or truncated,
+    :class:`DecompressedTooLarge` (a ``ValueError``) if larger."""
     out: list[bytes] = []
     total = 0
     while data:
@@ -21,7 +26,7 @@ def gunzip(data: bytes, limit: int) -> bytes:
             raise ValueError(f"corrupt gzip: {exc}") from None
         total += len(chunk)
         if total > limit or inflater.unconsumed_tail:
-            raise ValueError(f"gzip expands beyond {limit} bytes")
+            raise DecompressedTooLarge(f"gzip expands beyond {limit} bytes")
         if not inflater.eof:
             raise ValueError("truncated gzip")
         out.append(chunk)
