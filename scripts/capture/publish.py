@@ -315,6 +315,20 @@ LABELS: dict[str, tuple[str, str, str, str]] = {
         "line). Exit 1. Stage cuda_init: the failure line comes before any engine "
         "configuration line (`Resolved architecture` is never printed). config_error: wrong "
         "model for this vLLM version (upgrade vLLM or use another model)."),
+    "dev-shm-170m-tp2": (
+        "capacity", "host_memory", "model_load",
+        "/dev/shm is 170 MiB (passes the EngineCore's 160 MiB preflight) with "
+        "--tensor-parallel-size 2 and VLLM_CPU_OMP_THREADS_BIND='0|1'. Both workers init "
+        "gloo (world_size=2), start loading the model and load the weights, then each "
+        "worker's message-queue set-up (WorkerProc __init__ -> _init_message_queues -> "
+        "shm_broadcast ... check_shm_free_space) fails: `(Worker_TP1 pid=N) ERROR ... "
+        "WorkerProc failed to start.` ... `RuntimeError: Insufficient space in /dev/shm for "
+        "shared-memory allocation: 240 MiB required, 162 MiB free. Increase /dev/shm (e.g. "
+        "--shm-size or --ipc=host).` (TP1 first, then TP0), then the EngineCore `Exception: "
+        "WorkerProc initialization failed due to an exception in a background process` and "
+        "APIServer `Engine core initialization failed ... Failed core proc(s): {}` cascade. "
+        "Stage model_load: the first failure line follows `Starting to load model` / "
+        "`Loading weights took` (although the failing code is message-queue set-up)."),
 }
 
 

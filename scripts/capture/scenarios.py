@@ -481,6 +481,12 @@ EXTRA: dict[str, dict] = {
         env={},
         drive=drive_first_request(wait_after=40),
         what="/dev/shm is a 64 MiB tmpfs, Docker's default --shm-size (private mount namespace)"),
+    "dev-shm-170m-tp2": dict(
+        cmd=tiny_shm("170m", serve(M, "--max-model-len", "1024", "--tensor-parallel-size", "2")),
+        model=M,
+        env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+        drive=drive_first_request(wait_after=40),
+        what="/dev/shm is 170 MiB (passes the 160 MiB preflight) with TP 2 and thread binding"),
     "rlimit-as-kv-alloc": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_CPU_KVCACHE_SPACE": "8"},
