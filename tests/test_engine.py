@@ -44,8 +44,10 @@ STARTUP = "\n".join(HEALTHY_V1.splitlines()[:6]) + "\n"
 
 
 def classify(text: str, stream: str = "s", times: bool = False) -> dict:
-    recs = [LogRecord(stream=stream, text=t, time=(1000.0 + i if times else None))
-            for i, t in enumerate(text.splitlines())]
+    recs = [
+        LogRecord(stream=stream, text=t, time=(1000.0 + i if times else None))
+        for i, t in enumerate(text.splitlines())
+    ]
     return classify_records(recs, Classifier(RB))[0]
 
 
@@ -63,8 +65,14 @@ def test_healthy_startup_with_scary_warnings_has_no_incident() -> None:
     assert rep["incidents"] == []
     assert rep["status"] == "serving"
     assert rep["stage"] == "serving"
-    assert list(rep["timeline"]) == ["cuda_init", "distributed_init", "model_load",
-                                     "kv_cache_init", "api_server", "serving"]
+    assert list(rep["timeline"]) == [
+        "cuda_init",
+        "distributed_init",
+        "model_load",
+        "kv_cache_init",
+        "api_server",
+        "serving",
+    ]
 
 
 def test_facts_are_collected() -> None:
@@ -77,7 +85,9 @@ def test_facts_are_collected() -> None:
 
 
 def test_mlx5_evidence_beats_the_generic_nccl_error_it_explains() -> None:
-    log = STARTUP + """\
+    log = (
+        STARTUP
+        + """\
 (VllmWorker rank=1 pid=71) ERROR 07-21 04:58:56 [multiproc_executor.py:470] WorkerProc failed to start.
 (VllmWorker rank=1 pid=71) ERROR 07-21 04:58:56 [multiproc_executor.py:470] Traceback (most recent call last):
 (VllmWorker rank=1 pid=71) ERROR 07-21 04:58:56 [multiproc_executor.py:470]   File "/usr/local/lib/python3.12/dist-packages/vllm/distributed/device_communicators/pynccl.py", line 99, in __init__
@@ -86,17 +96,24 @@ node-1:71:305 [1] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0
 node-1:71:305 [1] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory
 (APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
 """
+    )
     p = primary(classify(log))
-    assert (p["tier"], p["category"], p["stage"]) == ("integration", "mlx5_registration",
-                                                      "distributed_init")
+    assert (p["tier"], p["category"], p["stage"]) == (
+        "integration",
+        "mlx5_registration",
+        "distributed_init",
+    )
     assert {r["category"] for r in p["related"]} >= {"nccl_error", "unknown"}
 
 
 def test_dev_shm_exhaustion_is_host_memory_not_nccl() -> None:
-    log = STARTUP + """\
+    log = (
+        STARTUP
+        + """\
 [2025-06-06 09:52:01] host:15016:15201 [1] misc/shmutils.cc:87 NCCL WARN Error: failed to extend /dev/shm/nccl-YrFC5V to 33030532 bytes, error: No space left on device (28)
 (VllmWorker rank=1 pid=71) ERROR 07-21 04:58:56 [multiproc_executor.py:470] RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)
 """
+    )
     p = primary(classify(log))
     assert (p["tier"], p["category"]) == ("capacity", "host_memory")
 
@@ -114,24 +131,40 @@ ERROR 03-12 14:55:27 [core.py:390] RuntimeError: No CUDA GPUs are available
 
 
 def test_compatibility_explanation_uses_image_and_driver_facts() -> None:
-    recs = [LogRecord("ns/pod/vllm", t, meta={"image": "vllm/vllm-openai:kimi-k3", "pod": "pod",
-                                               "namespace": "ns", "container": "vllm"})
-            for t in [
-                "INFO 07-27 10:00:00 [__init__.py:239] Automatically detected platform cuda.",
-                "RuntimeError: The NVIDIA driver on your system is too old (found version 12090).",
-            ]]
+    recs = [
+        LogRecord(
+            "ns/pod/vllm",
+            t,
+            meta={
+                "image": "vllm/vllm-openai:kimi-k3",
+                "pod": "pod",
+                "namespace": "ns",
+                "container": "vllm",
+            },
+        )
+        for t in [
+            "INFO 07-27 10:00:00 [__init__.py:239] Automatically detected platform cuda.",
+            "RuntimeError: The NVIDIA driver on your system is too old (found version 12090).",
+        ]
+    ]
     p = primary(classify_records(recs, Classifier(RB))[0])
     assert "image needs CUDA 13.0 (driver ≥ 580.65.06, r580+)" in p["explanation"]
     assert "host driver supports CUDA 12.9 (r575)" in p["explanation"]
 
 
 def test_oom_category_follows_the_stage() -> None:
-    oom = ("(VllmWorker rank=0 pid=70) ERROR 07-21 05:00:00 [multiproc_executor.py:470] "
-           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
-           "total capacity of 79.19 GiB of which 1.2 GiB is free.")
+    oom = (
+        "(VllmWorker rank=0 pid=70) ERROR 07-21 05:00:00 [multiproc_executor.py:470] "
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+        "total capacity of 79.19 GiB of which 1.2 GiB is free."
+    )
     lines = HEALTHY_V1.splitlines()
     at = {"model_load": 12, "kv_cache_init": 17, "serving": len(lines)}
-    expect = {"model_load": "oom_weights", "kv_cache_init": "oom_kv_cache", "serving": "oom_runtime"}
+    expect = {
+        "model_load": "oom_weights",
+        "kv_cache_init": "oom_kv_cache",
+        "serving": "oom_runtime",
+    }
     for stage, n in at.items():
         p = primary(classify("\n".join(lines[:n] + [oom])))
         assert (p["category"], p["stage"]) == (expect[stage], stage)
@@ -149,13 +182,19 @@ ERROR 05-20 20:54:32 [multiproc_executor.py:962]   File "/usr/local/lib/python3.
 
 
 def test_cascade_alone_is_an_unplaced_failure() -> None:
-    p = primary(classify("(APIServer pid=1) RuntimeError: Engine core initialization failed. "
-                         "See root cause above. Failed core proc(s): {}"))
+    p = primary(
+        classify(
+            "(APIServer pid=1) RuntimeError: Engine core initialization failed. "
+            "See root cause above. Failed core proc(s): {}"
+        )
+    )
     assert (p["tier"], p["category"]) == ("other", "unknown")
 
 
 def test_orderly_shutdown_noise_does_not_page() -> None:
-    log = HEALTHY_V1 + """\
+    log = (
+        HEALTHY_V1
+        + """\
 (APIServer pid=1) INFO 07-21 05:10:00 [launcher.py:99] [shutdown] API server: shutdown triggered
 (EngineCore_0 pid=60) WARNING 07-21 05:10:01 [multiproc_executor.py:1] [shutdown] Executor: force killing workers
 (APIServer pid=1) ERROR 07-21 05:10:01 [async_llm.py:480] AsyncLLM output_handler failed.
@@ -164,6 +203,7 @@ def test_orderly_shutdown_noise_does_not_page() -> None:
 (VllmWorker rank=0 pid=70) WARNING 07-21 05:10:01 [multiproc_executor.py:1] WorkerProc was terminated
 (APIServer pid=1) INFO:     Application shutdown complete.
 """
+    )
     rep = classify(log)
     assert rep["incidents"] == []
     assert rep["status"] == "stopped"
@@ -172,14 +212,17 @@ def test_orderly_shutdown_noise_does_not_page() -> None:
 def test_engine_core_killed_while_serving_is_host_memory() -> None:
     log = HEALTHY_V1 + (
         "(APIServer pid=1) ERROR 07-21 05:10:00 [core_client.py:564] Engine core proc "
-        "EngineCore_0 died unexpectedly, shutting down client.\n")
+        "EngineCore_0 died unexpectedly, shutting down client.\n"
+    )
     p = primary(classify(log))
     assert (p["category"], p["stage"]) == ("host_memory", "serving")
 
 
 def test_restart_past_the_failing_stage_resolves_and_same_failure_counts_restarts() -> None:
-    fail = STARTUP + ("(VllmWorker rank=0 pid=70) ERROR 07-21 04:58:56 [x.py:1] RuntimeError: NCCL "
-                      "error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n")
+    fail = STARTUP + (
+        "(VllmWorker rank=0 pid=70) ERROR 07-21 04:58:56 [x.py:1] RuntimeError: NCCL "
+        "error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
+    )
     rep = classify(fail + fail)
     (inc,) = rep["incidents"]
     assert inc["restarts"] == 1 and inc["status"] == "open"
@@ -190,7 +233,9 @@ def test_restart_past_the_failing_stage_resolves_and_same_failure_counts_restart
 
 
 def test_interleaved_ranks_keep_tracebacks_apart() -> None:
-    log = STARTUP + """\
+    log = (
+        STARTUP
+        + """\
 (VllmWorker rank=0 pid=70) ERROR 07-21 04:59:00 [multiproc_executor.py:470] Traceback (most recent call last):
 (VllmWorker rank=1 pid=71) ERROR 07-21 04:59:00 [multiproc_executor.py:470] Traceback (most recent call last):
 (VllmWorker rank=0 pid=70) ERROR 07-21 04:59:00 [multiproc_executor.py:470]   File "/x/gpu_model_runner.py", line 1, in load_model
@@ -198,10 +243,10 @@ def test_interleaved_ranks_keep_tracebacks_apart() -> None:
 (VllmWorker rank=1 pid=71) ERROR 07-21 04:59:00 [multiproc_executor.py:470] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.
 (VllmWorker rank=0 pid=70) ERROR 07-21 04:59:00 [multiproc_executor.py:470] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB.
 """
+    )
     p = primary(classify(log))
     assert (p["category"], p["stage"]) == ("oom_kv_cache", "kv_cache_init")
-    assert any(r["category"] == "oom_weights" and r["stage"] == "model_load"
-               for r in p["related"])
+    assert any(r["category"] == "oom_weights" and r["stage"] == "model_load" for r in p["related"])
 
 
 def test_wrappers_ansi_and_nested_prefixes_are_understood() -> None:
@@ -209,7 +254,8 @@ def test_wrappers_ansi_and_nested_prefixes_are_understood() -> None:
         "vllm-1  | 2026-02-03T10:11:12.123Z \x1b[0;36m(APIServer pid=1)\x1b[0;0m (EngineCore_DP0 pid=68) "
         "ERROR 02-03 10:11:12 [core.py:708] RuntimeError: Unexpected error from cudaGetDeviceCount(). "
         "Did you run some cuda functions before calling NumCudaDevices() that might have already set "
-        "an error? Error 803: system has unsupported display driver / cuda driver combination\n")
+        "an error? Error 803: system has unsupported display driver / cuda driver combination\n"
+    )
     p = primary(classify(log))
     assert (p["category"], p["rule"]) == ("driver_incompatible", "cuda-error-803-driver-mismatch")
 
