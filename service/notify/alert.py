@@ -42,10 +42,13 @@ class Alert:
         return s
 
     def view(self) -> dict[str, Any]:
-        """Summary plus stream, meta, facts, timeline, version and the incident's URL."""
+        """Summary plus stream, namespace/pod/node, meta, facts, timeline, version and the
+        incident's URL (the API's incident shape, without deliveries and feedback)."""
         inc = self.incident
         out = self.summary()
-        out.update(stream=inc.get("stream"), meta=inc.get("meta") or {},
+        meta = inc.get("meta") or {}
+        out.update(stream=inc.get("stream"), namespace=meta.get("namespace"),
+                   pod=meta.get("pod"), node=meta.get("node"), meta=meta,
                    facts=inc.get("facts") or {}, timeline=inc.get("timeline") or {},
                    version=self.version, url=self.url)
         return out

@@ -182,6 +182,7 @@ class Dispatcher:
             alert = Alert(kind, c.incident, c.version, self.settings.external_url,
                           min(e.created_at for e in c.events))
             req = builder(r)(alert, r, now)
+            req.headers.setdefault("X-Sentinel-Event-Id", alert.event_id)  # every receiver
         except Exception as exc:  # a rendering bug must not lose the delivery
             log.exception("receiver %s: could not prepare incident %s", r.name, c.incident["id"])
             self._retry(r, c, f"prepare failed: {exc!r}", 0.0)

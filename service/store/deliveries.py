@@ -111,6 +111,17 @@ def claim(conn: Connection, receiver: str, instance: str, now: float, lease_s: f
 def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: str,
                  now: float, lease_s: float) -> Claim | None:
     d = deliveries.c
+    # The incident first: every outbox event up to its version is committed with it ...
+    inc = conn.execute(select(incidents.c.version, incidents.c.body)
+                       .where(incidents.c.id == incident_id)).first()
+    if inc is None:
+        return None
+    # ... and must be expanded before we render that version, or a delivery for one of them
+    # would appear later and repeat the message.
+    if conn.execute(select(exists().where(
+            outbox.c.incident_id == incident_id, outbox.c.expanded_at.is_(None),
+            outbox.c.version <= inc.version))).scalar():
+        return None
     rows = conn.execute(
         select(d.id, d.event_id, d.version, d.attempts, d.lease_until, outbox.c.kind,
                outbox.c.created_at)
@@ -121,10 +132,6 @@ def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: st
     ).all()
     if not rows or any(r.lease_until is not None and r.lease_until >= now for r in rows):
         return None  # leased by another instance: it is sending this group
-    inc = conn.execute(select(incidents.c.version, incidents.c.body)
-                       .where(incidents.c.id == incident_id)).first()
-    if inc is None:
-        return None
     covered = [r for r in rows if r.version <= inc.version]
     if not covered:
         return None
