@@ -17,6 +17,8 @@ RB = RuleBook()
 KNOWN_MISSES = {
     "real-cpu-stall-multinode-no-peer": "a hang prints no error; only the timer-driven stall "
                                         "check (service mode) can tell",
+    "real-cpu-stall-multinode-no-peer-sigterm": "same hang; the SIGTERM is ignored and prints "
+                                                "nothing",
     "gh-nccl-1657-vllm-roce-ibv-modify-qp-enodev": "ibv_modify_qp on RoCE is read as an RDMA "
                                                    "(mlx5) failure; the label says internode",
 }
