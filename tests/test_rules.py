@@ -81,3 +81,14 @@ def test_benign_serving_line_hits_no_signature(rulebook: RuleBook) -> None:
 def test_every_failure_category_has_a_default_stage() -> None:
     missing = set(CATEGORY_TIER) - set(STAGES.default_stage) - {"healthy"}
     assert not missing
+
+
+def test_benign_examples_are_recognised_and_raise_nothing(rulebook: RuleBook) -> None:
+    from service.classify.engine import Classifier
+    from service.classify.rules import load_benign
+    from service.records import LogRecord
+
+    for b in load_benign():
+        assert rulebook.scan(parse_line(b.example).message).benign, b.example
+        clf = Classifier(rulebook)
+        assert clf.feed(LogRecord("s", b.example)) == [], b.example

@@ -168,7 +168,8 @@ class Classifier:
         if hits.serving and "throughput" in line.message and not st.shutting_down:
             self._stats_checks(st, line, time, changes)
 
-        finding = self._finding(st, line, hits.signatures, time)
+        finding = (None if hits.benign and not hits.signatures
+                   else self._finding(st, line, hits.signatures, time))
         if finding is not None:
             inc = self._attach(st, finding, changes)
             self._refine[(st.key, line.proc_key)] = (finding, inc)

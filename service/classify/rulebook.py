@@ -11,6 +11,7 @@ from service.classify.facts import CudaTable, _norm_cuda, cuda_from_api_version
 from service.classify.rules import (
     RULES_DIR,
     Signature,
+    load_benign,
     load_fact_rules,
     load_signatures,
     load_stage_rules,
@@ -18,7 +19,7 @@ from service.classify.rules import (
 from service.classify.signatures import PatternIndex, derive_literals
 
 # Tags of a pattern in the shared index.
-STAGE, READY, SERVING, RUN_START, SHUTDOWN, FACT, SIG = range(7)
+STAGE, READY, SERVING, RUN_START, SHUTDOWN, FACT, SIG, BENIGN = range(8)
 
 
 @dataclass(slots=True)
@@ -32,6 +33,7 @@ class Hits:
     shutdown: bool
     facts: list[tuple[str, str]]
     signatures: list[tuple[Signature, Any]]
+    benign: bool = False
 
 
 _EMPTY = Hits([], False, False, False, False, [], [])
@@ -76,6 +78,8 @@ class RuleBook:
                 add(FACT, name, fp.pattern)
         for sig in self.signatures:
             add(SIG, sig, sig.pattern, sig.literals, sig.case_sensitive)
+        for b in load_benign(rules_dir):
+            add(BENIGN, None, b.pattern)
         self._index = PatternIndex(patterns, "rule")
         # Steady-state gate: while a stream is serving, a line none of whose literals can
         # matter (no signature, restart, shutdown or error word) skips parsing entirely.
@@ -129,6 +133,8 @@ class RuleBook:
                 hits.serving = True
             elif tag == RUN_START:
                 hits.run_start = True
+            elif tag == BENIGN:
+                hits.benign = True
             else:
                 hits.shutdown = True
         if len(hits.signatures) > 1:

@@ -100,6 +100,12 @@ class StageRules(BaseModel):
         return self
 
 
+class BenignPattern(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pattern: str
+    example: str
+
+
 class FactPattern(BaseModel):
     model_config = ConfigDict(extra="forbid")
     pattern: str  # first capture group (or named group ``value``) is the value
@@ -149,3 +155,9 @@ def load_playbook(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"playbook.yaml: unknown categories {sorted(unknown)}")
     return data  # type: ignore[return-value]
+
+
+def load_benign(rules_dir: Path = RULES_DIR) -> list[BenignPattern]:
+    """``rules/benign.yaml``: error-looking lines that are not server failures."""
+    data = _load_yaml(rules_dir / "benign.yaml") or {}
+    return [BenignPattern.model_validate(b) for b in data.get("benign", [])]
