@@ -224,9 +224,21 @@ def consume(bootstrap: str, topic: str, lines: int, client: str, mode: str) -> d
         "cpu_s": round(cpu, 2),
         "lines_per_cpu_s": round(state["n"] / cpu) if cpu else None,
         "join_s": round((state["assigned"] or t0) - t0, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "peak_rss_mb": peak_rss_mb(),
         "incident_changes": state["changes"],
     }
+
+
+def peak_rss_mb() -> int:
+    """This process's peak RSS. ``ru_maxrss`` would do on its own, but Linux carries it over
+    fork + exec from the parent (the producer), so VmHWM is read first."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def broker_rss_mb(port: str) -> float | None:
