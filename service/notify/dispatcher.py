@@ -30,6 +30,7 @@ from service.notify.silences import SilenceCache
 from service.store import Claim, Store
 
 log = logging.getLogger("vllm_sentinel.notify")
+EXPAND_BATCH = 200
 
 
 class Dispatcher:
@@ -104,10 +105,10 @@ class Dispatcher:
     def expand(self) -> int:
         total = 0
         while not self._stop.is_set():
-            n = self.store.expand_outbox(self.route)
+            n = self.store.expand_outbox(self.route, limit=EXPAND_BATCH)
             total += n
-            if n == 0:
-                return total
+            if n < EXPAND_BATCH:
+                break
         return total
 
     def _expand_loop(self) -> None:

@@ -3,9 +3,10 @@ small API (SQLite or PostgreSQL, chosen by URL)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -25,6 +26,10 @@ class Store:
         self.url = url
         self.engine = make_engine(url, pool_size)
         self.clock = clock
+        # SQLite has one writer at a time: queue this process's writers on a lock rather
+        # than in SQLite's sleeping busy handler (other processes still use busy_timeout)
+        self._write_lock: AbstractContextManager[Any] = (
+            nullcontext() if self.is_postgres else threading.Lock())
 
     @property
     def is_postgres(self) -> bool:
@@ -39,7 +44,8 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self.engine.connect().execution_options(write=True) as conn, conn.begin():
+        with self._write_lock, self.engine.connect().execution_options(write=True) as conn, \
+                conn.begin():
             yield conn
 
     @contextmanager
