@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,24 @@ from service.pipeline import Pipeline
 from service.store import Store
 
 log = logging.getLogger("vllm_sentinel")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, minus the signal re-raise.
+
+    After a graceful exit uvicorn (>= 0.29) restores the previous SIGTERM/SIGINT handlers and
+    raises the captured signal again: with the default SIGTERM handler that kills the process
+    (exit 143) before :func:`run` stops the Kafka consumer (final commit, leaving the group),
+    flushes the forward server, stops the dispatcher and closes the store. Here the handlers
+    stay ours until the process ends, so ``serve`` finishes the shutdown and returns 0.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, self.handle_exit)
+        yield
 
 
 @dataclass
@@ -125,9 +145,8 @@ async def run(svc: Service) -> None:
     """Serve until uvicorn is told to exit (SIGTERM/SIGINT), then stop cleanly."""
     s = svc.ctx.settings
     app = create_app(svc.ctx)
-    server = uvicorn.Server(uvicorn.Config(app, host=s.api.host, port=s.api.port,
-                                           log_level="info", access_log=False,
-                                           lifespan="on"))
+    server = _Server(uvicorn.Config(app, host=s.api.host, port=s.api.port,
+                                    log_level="info", access_log=False, lifespan="on"))
     if svc.forward is not None:
         await svc.forward.start()
         log.info("forward protocol on %s:%s", s.sources.forward.host, svc.forward.port)

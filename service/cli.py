@@ -46,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.cmd == "serve":  # a service logs at INFO (serve configures it; -v changes nothing)
+        from service.app import serve
+
+        return serve(args.config)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR,
                         format="%(levelname)s %(name)s: %(message)s")
     if args.cmd == "classify":
@@ -58,10 +62,6 @@ def main(argv: list[str] | None = None) -> int:
         from service.evaluate import main as evaluate_main
 
         return evaluate_main(args.directory, args.mode, args.json)
-    if args.cmd == "serve":
-        from service.app import serve
-
-        return serve(args.config)
     return 2
 
 

@@ -41,13 +41,30 @@ def store_check(ctx: ServiceContext) -> tuple[bool, str | None]:
         return False, f"{type(exc).__name__}: {exc}"[:300]
 
 
+def kafka_status(ctx: ServiceContext) -> dict[str, Any] | None:
+    """Whether this replica's Kafka consumer runs and which partitions it owns now
+    (``topic:partition``); None without a Kafka source."""
+    source = getattr(ctx.extra.get("service"), "kafka", None)
+    if source is None:
+        return None
+    try:
+        assigned = sorted(f"{tp[0]}:{tp[1]}" for tp in source.assigned)
+    except Exception:  # noqa: BLE001 - changing under a rebalance: report it next time
+        assigned = None
+    return {"running": bool(source.running), "assigned": assigned}
+
+
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
 def readyz(ctx: Ctx) -> Response:
-    """Ready to take traffic: the service finished starting and the store answers."""
+    """Ready to take traffic: the service finished starting and the store answers. With a
+    Kafka source, ``checks.kafka`` also shows the partitions this replica owns."""
     store_ok, error = store_check(ctx)
     checks: dict[str, Any] = {"started": ctx.ready, "store": store_ok}
     if error:
         checks["store_error"] = error
+    kafka = kafka_status(ctx)
+    if kafka is not None:
+        checks["kafka"] = kafka  # informational: a replica without partitions is still ready
     ready = bool(ctx.ready and store_ok)
     body = Readiness(ready=ready, checks=checks).model_dump()
     return JSONResponse(body, status_code=200 if ready else 503)
