@@ -40,6 +40,7 @@ from service.store import (
 
 log = logging.getLogger("vllm_sentinel.pipeline")
 STALE_RETRIES = 3
+MAX_STORED_LINE = 8192  # characters of one log line kept in the store
 
 
 class RouterLike(Protocol):
@@ -66,6 +67,32 @@ def partition_name(p: Any) -> str:
     if isinstance(p, tuple | list) and len(p) == 2:
         return f"{p[0]}:{p[1]}"
     return f"{p.topic}:{p.partition}"
+
+
+def _cap(text: Any) -> Any:
+    if isinstance(text, str) and len(text) > MAX_STORED_LINE:
+        return text[: MAX_STORED_LINE - 1] + "…"
+    return text
+
+
+def bounded_incident(d: dict[str, Any]) -> dict[str, Any]:
+    """An incident dict (``to_dict`` or ``summary``) with every stored line cut to
+    ``MAX_STORED_LINE`` (a 1 MiB line would otherwise be rewritten with every snapshot).
+    Returns a copy; the in-memory incident keeps its lines."""
+    d = dict(d)
+    if isinstance(d.get("primary"), dict):
+        d["primary"] = {**d["primary"], "line": _cap(d["primary"].get("line"))}
+    if "line" in d:
+        d["line"] = _cap(d["line"])
+    d["evidence"] = [_cap(x) for x in d.get("evidence", [])]
+    d["related"] = [{**r, "line": _cap(r.get("line"))} for r in d.get("related", [])]
+    return d
+
+
+def bounded_state(d: dict[str, Any]) -> dict[str, Any]:
+    d["last_line"] = _cap(d.get("last_line"))
+    d["incidents"] = [bounded_incident(i) for i in d.get("incidents", [])]
+    return d
 
 
 class Pipeline:
@@ -125,26 +152,21 @@ class Pipeline:
             touched: dict[str, None] = {}
             changed: dict[str, tuple[Incident, list[str]]] = {}
             self._collect(changes, changed, touched)
-            eff = BatchEffects(
-                streams={k: self.classifier.state(k).to_dict() for k in touched},
-                incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
-                positions=[], chunk_id=None, at=self.clock(),
-            )
-            try:
-                self.store.commit_batch(eff)
-            except BaseException:
-                self.forget(touched)
-                raise
-            if self.on_commit is not None:
-                self.on_commit()
+            self._commit(self._effects(touched, changed, {}, "", None), touched, {}, "")
             return len(changes)
 
     # ---- Kafka hooks -----------------------------------------------------------------
     def forget(self, stream_keys: Iterable[str]) -> None:
         """Drop in-memory state of these streams (the store's snapshot is reloaded)."""
         with self._lock:
-            keys = list(stream_keys)
+            keys = set(stream_keys)
             self.classifier.forget(keys)
+            # findings a later traceback frame could still refine hold the forgotten
+            # Incident objects: a reloaded stream must never change those stale copies
+            refine = getattr(self.classifier, "_refine", None)
+            if isinstance(refine, dict):
+                for k in [k for k in refine if k[0] in keys]:
+                    del refine[k]
             for k in keys:
                 self._partitions.pop(k, None)
                 self._recent.pop(k, None)
@@ -203,22 +225,30 @@ class Pipeline:
         for rec in fresh:
             touched[rec.stream] = None
             self._collect(self.classifier.feed(rec), changed, touched)
-        eff = BatchEffects(
-            streams={k: self.classifier.state(k).to_dict() for k in touched},
+        eff = self._effects(touched, changed, advance, source, chunk_id)
+        if eff and self._commit(eff, touched, advance, source):
+            self.counters["records"] += len(fresh)
+
+    def _effects(self, touched: dict[str, None], changed: dict[str, tuple[Incident, list[str]]],
+                 advance: dict[str, int], source: str, chunk_id: str | None) -> BatchEffects:
+        return BatchEffects(
+            streams={k: bounded_state(self.classifier.state(k).to_dict()) for k in touched},
             incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
             positions=[PositionAdvance(source, part, self._applied[(source, part)], off)
                        for part, off in advance.items()],
             chunk_id=chunk_id, at=self.clock(),
         )
-        if not eff:
-            return
+
+    def _commit(self, eff: BatchEffects, touched: dict[str, None], advance: dict[str, int],
+                source: str) -> bool:
+        """Commit ``eff``; False when the chunk was applied already (nothing written)."""
         started = time.perf_counter()
         try:
             self.store.commit_batch(eff)
         except DuplicateChunk:
             self.counters["duplicate_chunks"] += 1
             self._rollback(touched, advance, source)
-            return
+            return False
         except BaseException:
             self._rollback(touched, advance, source)
             raise
@@ -227,26 +257,27 @@ class Pipeline:
             self._applied[(source, part)] = off
         self._drop_resolved(eff.skipped_incidents)
         self.counters["batches"] += 1
-        self.counters["records"] += len(fresh)
         self._evict(touched)
         if self.on_commit is not None and any(w.kinds for w in eff.incidents):
             self.on_commit()
+        return True
 
     @staticmethod
     def _collect(changes: list[Change], changed: dict[str, tuple[Incident, list[str]]],
                  touched: dict[str, None]) -> None:
+        """Per incident: its (latest) object and the kinds of change, in order."""
         for ch in changes:
-            entry = changed.setdefault(ch.incident.id, (ch.incident, []))
-            entry[1].append(ch.kind)
-            if entry[0] is not ch.incident:
-                changed[ch.incident.id] = (ch.incident, entry[1])
+            _, kinds = changed.get(ch.incident.id, (ch.incident, []))
+            kinds.append(ch.kind)
+            changed[ch.incident.id] = (ch.incident, kinds)
             touched[ch.incident.stream] = None
 
     def _write(self, inc: Incident, kinds: list[str]) -> IncidentWrite:
-        body = inc.to_dict()
+        body = bounded_incident(inc.to_dict())
         notifiable = collapse_kinds(kinds)
         notify = self.router is None or any(self.router.wants(body, k) for k in notifiable)
-        return IncidentWrite(body=body, summary=inc.summary(), kinds=notifiable, notify=notify)
+        return IncidentWrite(body=body, summary=bounded_incident(inc.summary()),
+                             kinds=notifiable, notify=notify)
 
     def _applied_position(self, source: str, part: str) -> int | None:
         key = (source, part)

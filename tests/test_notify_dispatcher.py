@@ -4,6 +4,7 @@ classifier on real logs, and a real HTTP receiver (tests/receiver.py)."""
 from __future__ import annotations
 
 import json
+import random
 import statistics
 import subprocess
 import sys
@@ -421,3 +422,30 @@ def test_latency_change_to_received(store: Store, rx: Receiver,
         print(f"\n[{store.engine.dialect.name}] change committed → webhook received "
               f"(poll 0.2 s): " + "; ".join(figures))
     assert json.loads(rx.accepted()[0].body)["event"] == "opened"
+
+
+class _LongestBackoff(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return b  # every retry waits the full 60 s unless expedited
+
+
+def test_recovered_receiver_gets_the_backlog_without_waiting_out_backoff(
+        store: Store, rx: Receiver) -> None:
+    rx.fail(500, for_s=0.6)
+    d = Dispatcher(store, [hook(rx)], NotifySettings(group_wait_s=0, backoff_base_s=60,
+                                                     backoff_max_s=60, external_url=URL),
+                   instance_id="t", poll_interval_s=0.02, rng=_LongestBackoff())
+    p = pipeline(store, router=d.router, on_commit=d.wake)
+    d.start()
+    try:
+        for i in range(5):
+            p.process(kafka_records(REAL / "bad-dtype.cri.log", stream=f"ns/p{i}/vllm",
+                                    partition=i), "kafka")
+        assert wait_until(lambda: len(rx.requests) >= 5)  # each failed once: up to 60 s off
+        time.sleep(0.7)  # the receiver is back
+        p.process(kafka_records(REAL / "bad-dtype.cri.log", stream="ns/new/vllm",
+                                partition=99), "kafka")
+        assert wait_until(lambda: len(rx.accepted()) == 6, timeout=5)
+    finally:
+        d.stop()
+    assert_exactly_once(store, rx)

@@ -230,3 +230,32 @@ def test_pipeline_accepts_a_classifier_instance(store: Store) -> None:
     p.forget(["s"])
     assert "s" not in clf.streams
     assert clf.state("s").seq == 3  # reloaded from the store's snapshot
+
+
+def test_tick_commits_stall_incidents(store: Store) -> None:
+    recs = kafka_records(REAL / "stall-multinode-no-peer.cri.log", stream="ns/stuck/vllm")
+    p = pipeline(store)
+    p.process(recs, "kafka")
+    assert store.list_incidents()[0] == []
+    last = max(r.time for r in recs if r.time)
+    assert p.tick(last + 60) == 0  # not overdue yet
+    assert p.tick(last + 6 * 3600) >= 1
+    (inc,), _ = store.list_incidents()
+    assert inc["extra"].get("stall") and inc["version"] == 1
+    assert count_outbox(store) == 1
+    assert store.stream("ns/stuck/vllm")["open_incidents"] == [inc["id"]]
+    assert p.tick(last + 7 * 3600) == 0  # one stall incident, not one per tick
+
+
+def test_huge_lines_are_cut_in_the_store_only(store: Store) -> None:
+    recs = kafka_records(REAL / "bad-dtype.cri.log", stream="ns/big/vllm")
+    huge = "E" * 300_000
+    recs[-1].text = recs[-1].text + " " + huge  # the root-cause line itself is enormous
+    p = pipeline(store)
+    p.process(recs, "kafka")
+    (inc,), _ = store.list_incidents()
+    assert len(inc["line"]) <= 8192 and inc["line"].endswith("…")
+    assert all(len(x) <= 8192 for x in inc["evidence"])
+    assert len(store.load_stream("ns/big/vllm")["last_line"]) <= 8192
+    mem = p.classifier.state("ns/big/vllm").incidents[0]
+    assert len(mem.primary.line) > 300_000  # memory keeps the full line

@@ -69,6 +69,7 @@ class Dispatcher:
         self._kick = {r.name: threading.Event() for r in self.receivers}
         self._threads: list[threading.Thread] = []
         self._housekept = float("-inf")
+        self._failing: dict[str, bool] = {}  # receivers whose last attempt failed
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -204,6 +205,9 @@ class Dispatcher:
             return 0
         done = self.clock()
         kept = self.store.finish_deliveries(ids, self.instance_id, status="sent")
+        if self._failing.pop(r.name, False):  # reachable again: stop backing off the rest
+            n = self.store.expedite_deliveries(r.name)
+            log.info("receiver %s recovered; %d deliveries due now", r.name, n)
         if kept < len(ids):
             log.warning("receiver %s: lease on incident %s expired while sending (sent anyway)",
                         r.name, c.incident["id"])
@@ -217,6 +221,7 @@ class Dispatcher:
         metrics.DELIVERIES.labels(receiver=r.name, outcome=status).inc(len(c.delivery_ids))
 
     def _retry(self, r: ReceiverSettings, c: Claim, error: str, retry_after: float) -> None:
+        self._failing[r.name] = True
         limit = self.settings.max_attempts
         if limit and c.attempts >= limit:
             log.error("receiver %s: giving up on incident %s after %d attempts: %s",

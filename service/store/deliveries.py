@@ -166,3 +166,15 @@ def finish(conn: Connection, ids: list[int], instance: str, *, status: str, now:
         .where(d.id.in_(ids), d.leased_by == instance, d.status == "pending")
         .values(**values)
     ).rowcount
+
+
+def expedite(conn: Connection, receiver: str, now: float) -> int:
+    """A receiver that was failing accepted a message again: deliveries waiting out their
+    backoff for it are due now (instead of up to ``backoff_max_s`` later)."""
+    d = deliveries.c
+    return conn.execute(
+        update(deliveries)
+        .where(d.receiver == receiver, d.status == "pending", d.attempts > 0,
+               d.next_attempt_at > now, or_(d.lease_until.is_(None), d.lease_until < now))
+        .values(next_attempt_at=now)
+    ).rowcount

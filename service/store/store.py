@@ -162,3 +162,8 @@ class Store:
         with self._write() as conn:
             return deliveries.finish(conn, ids, instance, status=status, now=self.clock(),
                                      note=note, retry_at=retry_at)
+
+    def expedite_deliveries(self, receiver: str) -> int:
+        """Deliveries backing off for ``receiver`` become due now (it is reachable again)."""
+        with self._write() as conn:
+            return deliveries.expedite(conn, receiver, self.clock())
