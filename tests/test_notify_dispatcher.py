@@ -124,6 +124,7 @@ def test_end_to_end_signed_webhook(store: Store, rx: Receiver) -> None:
                       start=1000, meta=k8s("prod", "llama-0"))
     sent_before = metrics.DELIVERIES.labels(receiver="hook", outcome="sent")._value.get()
     d.start()
+    assert d.status()["running"]
     try:
         for i in range(0, len(recs), 25):
             p.process(recs[i:i + 25], "kafka")
@@ -144,6 +145,7 @@ def test_end_to_end_signed_webhook(store: Store, rx: Receiver) -> None:
     inc = store.get_incident(bodies[0]["incident"]["id"])
     assert inc and all(x["status"] == "sent" and x["sent_at"] for x in inc["deliveries"])
     assert metrics.DELIVERIES.labels(receiver="hook", outcome="sent")._value.get() > sent_before
+    assert not d.status()["running"]
 
 
 def test_burst_is_coalesced_and_later_changes_still_sent(store: Store, rx: Receiver) -> None:

@@ -97,6 +97,17 @@ class Dispatcher:
         """New outbox events were committed (in-process hint; polling covers the rest)."""
         self._wake.set()
 
+    def status(self) -> dict[str, object]:
+        """For health endpoints: threads alive, receivers failing, tokens left."""
+        alive = {t.name: t.is_alive() for t in self._threads}
+        return {
+            "instance_id": self.instance_id,
+            "running": bool(alive) and all(alive.values()) and not self._stop.is_set(),
+            "receivers": {r.name: {"failing": self._failing.get(r.name, False),
+                                   "tokens": self.buckets[r.name].available()}
+                          for r in self.receivers},
+        }
+
     def run_once(self) -> int:
         """Expand and send whatever is due now, on the calling thread; messages sent."""
         self.expand()

@@ -28,6 +28,10 @@ def is_postgres(engine_or_conn: Engine | Connection) -> bool:
     return engine_or_conn.dialect.name == "postgresql"
 
 
+def is_memory_sqlite(engine: Engine) -> bool:
+    return engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:")
+
+
 def make_engine(url: str, pool_size: int = 5) -> Engine:
     url = normalise_url(url)
     parsed = make_url(url)

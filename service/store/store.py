@@ -14,7 +14,7 @@ from sqlalchemy.engine import Connection
 from service.store import annotations, deliveries, queries, writes
 from service.store.deliveries import Claim, Route
 from service.store.effects import BatchEffects
-from service.store.engine import is_postgres, make_engine
+from service.store.engine import is_memory_sqlite, is_postgres, make_engine
 from service.store.migrate import upgrade
 
 
@@ -30,6 +30,9 @@ class Store:
         # than in SQLite's sleeping busy handler (other processes still use busy_timeout)
         self._write_lock: AbstractContextManager[Any] = (
             nullcontext() if self.is_postgres else threading.Lock())
+        # an in-memory SQLite database is one shared connection: readers queue too
+        self._read_lock: AbstractContextManager[Any] = (
+            self._write_lock if is_memory_sqlite(self.engine) else nullcontext())
 
     @property
     def is_postgres(self) -> bool:
@@ -50,7 +53,7 @@ class Store:
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn, conn.begin():
+        with self._read_lock, self.engine.connect() as conn, conn.begin():
             yield conn
 
     # ---- pipeline --------------------------------------------------------------------
