@@ -511,3 +511,29 @@ def test_a_line_whose_closing_chunk_never_comes_is_released(kafka_bootstrap, sta
         what="commit past the released line",
     )
     src.stop()
+
+
+@integration
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_handler_slower_than_max_poll_interval_costs_duplicates_not_records(
+    kafka_bootstrap, start_source, client
+):
+    topic = create_topic(kafka_bootstrap, 1)
+    produce(kafka_bootstrap, topic, [(None, f"{ROUTES} #{i}".encode(), 0) for i in range(100)])
+    settings = fast_settings(
+        kafka_bootstrap, topic, client, max_poll_records=10, max_poll_interval_ms=3000
+    )
+    store = Collector()
+    slow = threading.Event()
+
+    def handler(records: list[LogRecord]) -> None:
+        store(records)
+        if not slow.is_set():
+            slow.set()
+            time.sleep(4.0)  # the client leaves the group; the commit after this fails
+
+    src = start_source(settings, handler)
+    wait_for(lambda: store.count() == 100, timeout=30, what="every record")
+    assert store.duplicates >= 10  # the slow batch came again after the rejoin
+    src.stop()
+    assert committed(kafka_bootstrap, settings.group, topic, 1) == {0: 100}
