@@ -51,6 +51,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
+from service.classify.text_model import key_line  # noqa: E402
 from service.taxonomy import CATEGORY_TIER  # noqa: E402
 
 # families whose message is shared by several categories: never emitted without a frame
@@ -201,25 +202,6 @@ FRAMES: dict[str, list[tuple[str, str, str]]] = {
         ("huggingface_hub/file_download.py", "get_hf_file_metadata", "hf_raise_for_status(r)"),
     ],
 }
-# plain context lines (not frames) that fit a pool
-EXTRA_LINES: dict[str, list[str]] = {
-    "load": [
-        "Loading safetensors checkpoint shards:   3% Completed | 1/37 [00:04<02:31,  4.20s/it]",
-        "Starting to load model Qwen/Qwen2.5-72B-Instruct...",
-    ],
-    "profile": ["Memory profiling takes 4.51 seconds", "Model loading took 14.99 GiB and 31.2 seconds"],
-    "capture": [
-        "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  47%|████▋     | 24/51 "
-        "[00:02<00:02, 10.9it/s]",
-        "Capturing cudagraphs for decoding. This may lead to unexpected consequences if the "
-        "model is not static.",
-    ],
-    "runtime": [
-        "Engine 000: Avg prompt throughput: 3110.2 tokens/s, Avg generation throughput: 95.4 "
-        "tokens/s, Running: 24 reqs, Waiting: 9 reqs, GPU KV cache usage: 88.1%, Prefix cache "
-        "hit rate: 12.3%",
-    ],
-}
 CASCADE_HEADERS = (
     "Traceback (most recent call last):",
     "EngineCore failed to start.",
@@ -316,8 +298,6 @@ def with_context(rng: random.Random, text: str, pool: str, force: bool) -> tuple
         lines.append(rng.choice(CASCADE_HEADERS))
     for _ in range(rng.randint(1, 3)):
         lines += _frame(rng, pool)
-    if pool in EXTRA_LINES and rng.random() < 0.3:
-        lines.insert(0, rng.choice(EXTRA_LINES[pool]))
     return "\n".join(lines + [text]), True
 
 
@@ -373,6 +353,12 @@ OOM_MESSAGE = re.compile(r"out of memory|OutOfMemoryError", re.IGNORECASE)
 _SECTION = re.compile(r"^## (\d+)\. (.*)$")
 _CAT_IN_HEADING = re.compile(r"`([a-z_0-9]+)`")
 _PLACEHOLDER = re.compile(r"<([^<>\n]{1,40})>")
+# a log header left in a catalogue quote: "(Worker pid=...) ERROR ... [x.py:N] "
+_LOG_HEAD = re.compile(
+    r"^(?:\([^)]*\)\s*)*(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:\.\.\.|…|\S+ \S+)\s+"
+    r"\[?[\w./<>…-]+:[\w<>…]*\]\s*)"
+)
+_PRINTF = re.compile(r"%(?:\d+)?(?:z|l|ll)?([sdiuxpf])")
 
 
 def _fill_placeholder(m: re.Match[str]) -> str:
@@ -403,6 +389,25 @@ def _first_cell(row: str) -> str:
         elif ch == "|" and not in_code:
             return body[:i]
     return body
+
+
+def _top_level_spans(cell: str) -> list[str]:
+    """`code spans` of a cell that are not inside parentheses (those name surrounding
+    lines, e.g. "(between `X` and `Y`)", not the message itself)."""
+    spans, depth, start, in_code = [], 0, -1, False
+    for i, ch in enumerate(cell):
+        if ch == "`":
+            if in_code:
+                if depth == 0:
+                    spans.append(cell[start + 1:i])
+                in_code = False
+            else:
+                in_code, start = True, i
+        elif not in_code and ch == "(":
+            depth += 1
+        elif not in_code and ch == ")":
+            depth = max(0, depth - 1)
+    return spans
 
 
 def _corpus_refs(forbidden_urls: set[str]) -> set[tuple[str, str]]:
@@ -460,7 +465,7 @@ def catalogue_seeds(doc: Path, forbidden_urls: set[str]) -> list[dict]:
         if category is None or not line.startswith("|") or line.startswith("|---"):
             continue
         first = _first_cell(line)
-        spans = [x for x in re.findall(r"`([^`]+)`", first) if len(x) >= 20
+        spans = [x for x in _top_level_spans(first) if len(x) >= 20
                  and re.search(r"[A-Za-z]{3}", x) and not re.match(r"^(vllm|torch):", x)]
         if not spans:
             continue
@@ -469,8 +474,11 @@ def catalogue_seeds(doc: Path, forbidden_urls: set[str]) -> list[dict]:
             continue
         texts = []
         for x in spans:
+            x = _LOG_HEAD.sub("", x)
             x = _PLACEHOLDER.sub(_fill_placeholder, x).replace("…", "...").strip()
-            if x.count("...") > 2 or len(x) < 20:
+            x = _PRINTF.sub(lambda m: "node-1" if m.group(1) == "s" else "7", x)
+            if (x.count("...") > 2 or len(x) < 30 or len(x.split()) < 4
+                    or x.startswith(("frame #", "File ", "self.", "return "))):
                 continue
             texts.append(x)
         if not texts:
@@ -484,6 +492,98 @@ def catalogue_seeds(doc: Path, forbidden_urls: set[str]) -> list[dict]:
             "from_catalogue": True,
         })
     return out
+
+
+_FMT = re.compile(r"%(?:\([\w]+\))?[-+ #0]*\d*(?:\.\d+)?([sdifrxg%])")
+_LOG_CALLS = {"info", "warning", "info_once", "warning_once"}
+
+
+def _fill_format(msg: str, rng: random.Random) -> str:
+    def sub(m: re.Match[str]) -> str:
+        k = m.group(1)
+        if k == "%":
+            return "%"
+        if k in "dx":
+            return str(rng.choice((0, 1, 2, 4, 8, 16, 128, 4096, 32768)))
+        if k in "fg":
+            return f"{rng.uniform(0.1, 90):.2f}"
+        return rng.choice(("auto", "cuda", "Qwen/Qwen3-8B", "True", "FLASH_ATTN", "bfloat16",
+                           "/root/.cache/vllm", "enable_prefix_caching", "0"))
+    return _FMT.sub(sub, msg)
+
+
+def _literal(node, rng: random.Random) -> str | None:
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant):
+                parts.append(str(v.value))
+            else:
+                parts.append(rng.choice(("auto", "8", "cuda:0", "True", "Qwen/Qwen3-8B", "0.90")))
+        return "".join(parts)
+    if isinstance(node, ast.BinOp):
+        a, b = _literal(node.left, rng), _literal(node.right, rng)
+        return a + b if a is not None and b is not None else None
+    return None
+
+
+def extract_vllm_benign(site: Path, seed: int) -> list[dict]:
+    """INFO/WARNING message strings of an installed vLLM (``logger.info/warning[_once]``
+    first arguments, %-formats and f-string fields filled with plausible values): the
+    non-fatal chatter a healthy server can print. Run once with ``--vllm-src``; the result
+    is committed as ``vllm_source_benign.jsonl``."""
+    import ast
+
+    rng = random.Random(seed)
+    root = site / "vllm"
+    version = "unknown"
+    for meta in site.glob("vllm-*.dist-info/METADATA"):
+        m = re.search(r"^Version: (.+)$", meta.read_text(), re.M)
+        if m:
+            version = m.group(1).strip()
+    out, seen = [], set()
+    for path in sorted(root.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        rel = path.relative_to(site).as_posix()
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _LOG_CALLS and node.args
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "logger"):
+                continue
+            msg = _literal(node.args[0], rng)
+            if msg is None:
+                continue
+            msg = _fill_format(msg, rng).strip()
+            if len(msg) < 25 or len(msg.split()) < 4 or msg in seen:
+                continue
+            seen.add(msg)
+            out.append(_row(msg, "healthy",
+                            f"vllm-project/vllm:{rel}:{node.lineno} (vllm {version}, "
+                            f"logger.{node.func.attr})",
+                            f"vllmsrc:{rel}:{node.lineno}", None))
+    return out
+
+
+# lines that are consequences of another failure (or of a shutdown): whatever a catalogue
+# or fixture calls them, they never teach the model "healthy" (nor a failure category)
+CASCADE_KEY = re.compile(
+    r"EngineDeadError|died unexpectedly|Engine core initialization failed|EngineCore failed to "
+    r"start|Engine process failed to start|WorkerProc (?:hit an exception|failed to start)|"
+    r"Executor failed|AsyncEngineDeadError|fatal signal from worker|Background loop has errored"
+)
+FAILURE_WORDS = re.compile(
+    r"fail|error|timed out|timeout|dead\b|cannot|unable|exceed|bigger than|not found|refused|"
+    r"out of memory|\bOOM\b|killed|insufficient|too old|mismatch|not supported|unsupported",
+    re.IGNORECASE,
+)
 
 
 def _row(text: str, category: str, source: str, family: str, stage: str | None) -> dict:
@@ -531,9 +631,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", type=int, default=10, help="variations per failure text")
     ap.add_argument("--healthy-variants", type=int, default=3, help="variations per benign text")
     ap.add_argument("--out", type=Path, default=HERE)
+    ap.add_argument("--benign-sample", type=int, default=900,
+                    help="how many vLLM-source benign strings to use (0: none)")
+    ap.add_argument("--vllm-src", type=Path, default=None, metavar="SITE_PACKAGES",
+                    help="re-extract vllm_source_benign.jsonl from an installed vLLM")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
 
+    if args.vllm_src is not None:
+        rows = extract_vllm_benign(args.vllm_src, args.seed)
+        with (HERE / "sources" / "vllm_log_strings.jsonl").open("w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+        print(f"extracted {len(rows)} benign vLLM log strings", file=sys.stderr)
     forbidden = corpus_sources(REPO)
     seeds = load_seeds(HERE / "seeds.yaml")
     check_not_corpus(seeds, forbidden)
@@ -546,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
     real, generated, ood = [], [], []
     for e in seeds:
         cat, stage = e["category"], e.get("stage")
+        if cat == "healthy" and any(CASCADE_KEY.search(t) for t in e["texts"]):
+            cat = "unknown"  # shutdown/cascade look-alikes: abstain material, not "healthy"
         is_ood = cat == "unknown"
         n = args.healthy_variants if cat in ("healthy", "unknown") else args.variants
         for i, text in enumerate(e["texts"]):
@@ -589,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
         if p.name.endswith(".cri.log"):
             continue
         for rec in fixture_records(p):
-            if rec in seen_fx:
+            if rec in seen_fx or CASCADE_KEY.search(key_line(rec)):
                 continue
             seen_fx.add(rec)
             first = rec.split("\n", 1)[0]
@@ -597,15 +709,33 @@ def main(argv: list[str] | None = None) -> int:
             fixtures.append(_row(rec, "healthy", f"vllm-sentinel:tests/fixtures/real/{p.name}",
                                  fam, None))
 
+    # benign INFO/WARNING strings from vLLM's source (extracted once, see --vllm-src):
+    # a seeded sample, minus any whose masked form is also a failure example's
+    src_rows = []
+    benign_all = HERE / "sources" / "vllm_log_strings.jsonl"
+    if benign_all.exists() and args.benign_sample > 0:
+        from service.classify.masking import mask
+
+        failure_masks = {mask(r["text"]) for r in real + generated if r["category"] != "healthy"}
+        failure_keys = {mask(t.rstrip("\n")) for e in seeds if e["category"] not in
+                        ("healthy", "unknown") for t in e["texts"]}
+        pool = [json.loads(x) for x in benign_all.read_text(encoding="utf-8").splitlines() if x]
+        pool = [r for r in pool if mask(r["text"]) not in failure_masks
+                and not FAILURE_WORDS.search(r["text"]) and not CASCADE_KEY.search(r["text"])
+                and not any(k in mask(r["text"]) for k in failure_keys if len(k) > 30)]
+        rng_b = random.Random(args.seed + 1)
+        src_rows = rng_b.sample(pool, min(args.benign_sample, len(pool)))
+        src_rows.sort(key=lambda r: r["family"])
+
     out = args.out
-    for name, rows in (("real.jsonl", real), ("generated.jsonl", generated),
+    for name, rows in (("vllm_source_benign.jsonl", src_rows), ("real.jsonl", real), ("generated.jsonl", generated),
                        ("fixtures_healthy.jsonl", fixtures), ("ood.jsonl", ood)):
         with (out / name).open("w", encoding="utf-8") as fh:
             for r in rows:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    counts = Counter(r["category"] for r in real + generated + fixtures)
+    counts = Counter(r["category"] for r in real + generated + fixtures + src_rows)
     print(f"real {len(real)}, generated {len(generated)}, fixtures {len(fixtures)}, "
-          f"ood {len(ood)}", file=sys.stderr)
+          f"vllm source benign {len(src_rows)}, ood {len(ood)}", file=sys.stderr)
     for c, n in sorted(counts.items()):
         print(f"  {c:20s} {n}", file=sys.stderr)
     return 0

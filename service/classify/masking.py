@@ -73,6 +73,8 @@ _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|(?<![\w])(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]
 _GLUED_ID = re.compile(r"(?<=\brank)\d+\b|(?<=_(?:TP|DP|PP|EP))\d+\b|(?<=Rank )\d+\b")
 _NUM = re.compile(r"(?<![\w<])\d+(?:[.,]\d+)*(?![\w>])")
 _SPACES = re.compile(r"[ \t]+")
+_ANY_DIGIT = re.compile(r"\d")
+_HEX_LETTERS_ONLY = re.compile(r"[0-9a-fA-F]{8}")
 
 
 def _path_sub(m: re.Match[str]) -> str:
@@ -83,27 +85,56 @@ def _path_sub(m: re.Match[str]) -> str:
     return "<PATH>"
 
 
+def mask_lines(text: str) -> list[str]:
+    """Masked lines of ``text``, one per input line (same count, same order)."""
+    if not text:
+        return [""]
+    t = text.replace("\r", "")
+    if "\x1b" in t:
+        t = _ANSI.sub("", t)
+    has_digit = _ANY_DIGIT.search(t) is not None
+    if has_digit and "-" in t:
+        t = _UUID.sub("<UUID>", t)
+    if "://" in t:
+        t = _URL.sub("<URL>", t)
+    if has_digit and ":" in t:
+        t = _TS.sub("<TS>", t)
+        if " [" in t:
+            t = _NCCL_HOST.sub("<HOST>:<NUM>:<NUM> ", t)
+    if "mlx5: " in t:
+        t = _MLX5_HOST.sub("mlx5: <HOST>:", t)
+    if has_digit and "." in t:
+        t = _IPV4.sub("<IP>", t)
+    if "::" in t or t.count(":") >= 3:
+        t = _IPV6.sub("<IP>", t)
+    if "/" in t:
+        if "'" in t or '"' in t or "`" in t:
+            t = _QUOTED_MODEL.sub(lambda m: m.group(1) + "<MODEL>" + m.group(1), t)
+        if "../" in t:
+            t = _REL_SRC.sub(lambda m: "<PATH>/" + m.group(1), t)
+        t = _PATH.sub(_path_sub, t)
+    elif ":\\" in t:
+        t = _PATH.sub(_path_sub, t)
+    if "=" in t or ":" in t:
+        t = _HOST_KV.sub(lambda m: m.group(1) + m.group(2) + "<HOST>", t)
+    if has_digit:
+        if "." in t:
+            t = _VER.sub("<VER>", t)
+        t = _SIZE.sub("<SIZE>", t)
+        t = _DUR.sub("<DUR>", t)
+        t = _HEX.sub("<HEX>", t)
+        if "rank" in t or "_" in t or "Rank" in t:
+            t = _GLUED_ID.sub("<NUM>", t)
+        t = _NUM.sub("<NUM>", t)
+    elif "0x" in t or _HEX_LETTERS_ONLY.search(t):
+        t = _HEX.sub("<HEX>", t)
+    if "  " in t or "\t" in t:
+        t = _SPACES.sub(" ", t)
+    return [line.strip() for line in t.split("\n")]
+
+
 def mask(text: str) -> str:
     """Return ``text`` with its variable parts replaced by placeholders (see module doc)."""
     if not text:
         return ""
-    t = _ANSI.sub("", text).replace("\r", "")
-    t = _UUID.sub("<UUID>", t)
-    t = _URL.sub("<URL>", t)
-    t = _TS.sub("<TS>", t)
-    t = _NCCL_HOST.sub("<HOST>:<NUM>:<NUM> ", t)
-    t = _MLX5_HOST.sub("mlx5: <HOST>:", t)
-    t = _IPV4.sub("<IP>", t)
-    t = _IPV6.sub("<IP>", t)
-    t = _QUOTED_MODEL.sub(lambda m: m.group(1) + "<MODEL>" + m.group(1), t)
-    t = _REL_SRC.sub(lambda m: "<PATH>/" + m.group(1), t)
-    t = _PATH.sub(_path_sub, t)
-    t = _HOST_KV.sub(lambda m: m.group(1) + m.group(2) + "<HOST>", t)
-    t = _VER.sub("<VER>", t)
-    t = _SIZE.sub("<SIZE>", t)
-    t = _DUR.sub("<DUR>", t)
-    t = _HEX.sub("<HEX>", t)
-    t = _GLUED_ID.sub("<NUM>", t)
-    t = _NUM.sub("<NUM>", t)
-    t = _SPACES.sub(" ", t)
-    return "\n".join(line.strip() for line in t.split("\n")).strip()
+    return "\n".join(mask_lines(text)).strip()
