@@ -122,11 +122,12 @@ def build(settings: Settings) -> Service:
             tls.load_cert_chain(fwd.tls_cert, fwd.tls_key)
         pipeline = ctx.pipeline
 
-        async def sink(records: list) -> None:
-            await pipeline.submit(records, source="forward")
+        async def sink(records: list, chunk_id: str | None) -> bool:
+            # a resent chunk (its ack was lost) is acked again, not applied twice
+            return await pipeline.submit(records, source="forward", chunk_id=chunk_id)
 
         svc.forward = ForwardServer(sink, fwd.host, fwd.port, shared_key=fwd.shared_key,
-                                    tls=tls, self_hostname=fwd.self_hostname)
+                                    tls=tls, self_hostname=fwd.self_hostname, chunk_ids=True)
     if settings.sources.kafka is not None:
         from service.ingest.kafka_source import make_kafka_source
 
@@ -136,6 +137,7 @@ def build(settings: Settings) -> Service:
             lambda records: pipeline.process(records, source="kafka"),
             on_revoked=pipeline.on_partitions_revoked,
             on_assigned=pipeline.on_partitions_assigned,
+            fmt=settings.sources.kafka.format,
         )
     ctx.extra["service"] = svc
     return svc

@@ -34,6 +34,10 @@ class KafkaSettings(BaseModel):
     topics: list[str] = Field(default_factory=lambda: ["vllm-logs"])
     group: str = "vllm-sentinel"
     client: Literal["kafka-python", "confluent-kafka"] = "kafka-python"
+    # message values: auto (detect per value: JSON/msgpack records, else text lines), or a
+    # contract: fluent (only Fluent Bit / Fluentd records; anything else is counted as a
+    # reject and skipped), raw, cri, docker (text lines in that envelope)
+    format: Literal["auto", "fluent", "raw", "cri", "docker"] = "auto"
     security_protocol: str = "PLAINTEXT"  # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
     sasl_mechanism: str | None = None  # PLAIN | SCRAM-SHA-256 | SCRAM-SHA-512 | OAUTHBEARER
     sasl_username: str | None = None

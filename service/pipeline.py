@@ -134,10 +134,11 @@ class Pipeline:
         self._run(records, source, None)
 
     async def submit(self, records: list[LogRecord], source: str,
-                     chunk_id: str | None = None) -> None:
-        """Forward / HTTP sources: returns once the batch is durable (then ack)."""
+                     chunk_id: str | None = None) -> bool:
+        """Forward / HTTP sources: returns once the batch is durable (then ack); False when
+        ``chunk_id`` was committed before (nothing applied: a resent chunk)."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._worker, self._run, records, source, chunk_id)
+        return await loop.run_in_executor(self._worker, self._run, records, source, chunk_id)
 
     def close(self) -> None:
         self._worker.shutdown(wait=True)
@@ -190,22 +191,23 @@ class Pipeline:
         snap = self.store.load_stream(key)
         return StreamState.from_dict(snap) if snap else None
 
-    def _run(self, records: list[LogRecord], source: str, chunk_id: str | None) -> None:
+    def _run(self, records: list[LogRecord], source: str, chunk_id: str | None) -> bool:
+        """Whether the batch was applied (False: its chunk id was committed before)."""
         with self._lock:
             if chunk_id is not None and self.store.chunk_seen(chunk_id):
                 self.counters["duplicate_chunks"] += 1
-                return
+                return False
             for attempt in range(STALE_RETRIES + 1):
                 try:
-                    self._batch(records, source, chunk_id)
-                    return
+                    return self._batch(records, source, chunk_id)
                 except StaleBatch as exc:
                     self.counters["stale"] += 1
                     if attempt == STALE_RETRIES:
                         raise
                     log.warning("batch refused (%s); reloading state and retrying", exc)
+            raise AssertionError("unreachable")
 
-    def _batch(self, records: list[LogRecord], source: str, chunk_id: str | None) -> None:
+    def _batch(self, records: list[LogRecord], source: str, chunk_id: str | None) -> bool:
         fresh: list[LogRecord] = []
         advance: dict[str, int] = {}
         for rec in records:
@@ -226,8 +228,12 @@ class Pipeline:
             touched[rec.stream] = None
             self._collect(self.classifier.feed(rec), changed, touched)
         eff = self._effects(touched, changed, advance, source, chunk_id)
-        if eff and self._commit(eff, touched, advance, source):
-            self.counters["records"] += len(fresh)
+        if not eff:
+            return True
+        if not self._commit(eff, touched, advance, source):
+            return False
+        self.counters["records"] += len(fresh)
+        return True
 
     def _effects(self, touched: dict[str, None], changed: dict[str, tuple[Incident, list[str]]],
                  advance: dict[str, int], source: str, chunk_id: str | None) -> BatchEffects:

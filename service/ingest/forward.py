@@ -8,6 +8,11 @@ times (and Fluent Bit's ``[[time, metadata], record]`` entries), ``nil`` heartbe
 (the sink must store durably before returning: that gives at-least-once), ``fluent_signal``
 other than 0 (metrics, traces) is acknowledged and dropped, ``size`` is informational.
 
+With ``chunk_ids=True`` a message carrying a ``chunk`` is its own batch and the sink is called
+as ``sink(records, chunk_id)`` (``chunk_id`` = ``forward:<chunk>``, None for messages without
+one); it returns False when that chunk was stored before — a client resends a chunk whose ack
+it did not get — and the server then acks it again without applying it twice.
+
 Every complete message read in one go is decoded into one batch for the sink. Bad input is
 counted with :func:`service.metrics.reject` and never stops the server: a malformed msgpack
 stream or an over-size frame drops that connection (the stream cannot be resynchronised), a
@@ -36,7 +41,7 @@ from service.ingest.joiner import Joiner
 from service.ingest.msgpack_events import new_unpacker, split_event, to_bytes, unpack_all
 from service.records import LogRecord
 
-Sink = Callable[[list[LogRecord]], Awaitable[None]]
+Sink = Callable[..., Awaitable[Any]]  # sink(records) or, with chunk_ids, sink(records, chunk_id)
 
 DEFAULT_PORT = 24224
 _READ_SIZE = 1 << 18
@@ -52,6 +57,13 @@ def tls_context(certfile: str, keyfile: str, cafile: str | None = None) -> ssl.S
         ctx.load_verify_locations(cafile)
         ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
+
+
+def chunk_key(chunk: Any) -> str:
+    """The store's id of a Forward chunk (``forward:`` + the client's chunk id)."""
+    if isinstance(chunk, bytes | bytearray):
+        return "forward:" + bytes(chunk).hex()
+    return f"forward:{chunk}"
 
 
 class _DropConnection(Exception):
@@ -78,8 +90,10 @@ class ForwardServer:
         partial_timeout: float = 5.0,
         handshake_timeout: float = 10.0,
         source: str = "forward",
+        chunk_ids: bool = False,
     ) -> None:
         self.sink = sink
+        self.chunk_ids = chunk_ids
         self.host = host
         self._port = port
         self.shared_key = shared_key
@@ -163,23 +177,13 @@ class ForwardServer:
             if self.shared_key is not None and not await self._handshake(reader, writer, unpacker):
                 return
             while True:
-                records, acks, healthy = self._drain(unpacker)
-                mark = None
-                if self.joiner is not None and records:
-                    mark = self.joiner.checkpoint()
-                    records = self.joiner.feed(records)
-                if records:
-                    try:
-                        await self.sink(records)
-                    except Exception:
-                        if mark is not None and self.joiner is not None:
-                            self.joiner.rollback(mark)  # the client will resend these chunks
-                        raise
-                    self._lines_in.inc(len(records))
-                if acks:
-                    for chunk in acks:
-                        writer.write(self._packer.pack({"ack": chunk}))
-                    await writer.drain()
+                batches, healthy = self._batches(unpacker)
+                for records, acks, chunk_id in batches:
+                    await self._deliver(records, chunk_id)
+                    if acks:
+                        for chunk in acks:
+                            writer.write(self._packer.pack({"ack": chunk}))
+                        await writer.drain()
                 if not healthy:
                     return
                 data = await reader.read(_READ_SIZE)
@@ -196,6 +200,30 @@ class ForwardServer:
             writer.close()
             if task is not None:
                 self._connections.discard(task)
+
+    async def _deliver(self, records: list[LogRecord], chunk_id: str | None) -> None:
+        """Join runtime chunks and hand the lines to the sink (raises when it refused them;
+        the joiner then forgets what this batch fed it, since the client resends it)."""
+        mark = None
+        if self.joiner is not None and records:
+            mark = self.joiner.checkpoint()
+            records = self.joiner.feed(records)
+        if not records and chunk_id is None:
+            return
+        try:
+            if self.chunk_ids:
+                applied = await self.sink(records, chunk_id)
+            else:
+                applied = await self.sink(records)
+        except Exception:
+            if mark is not None and self.joiner is not None:
+                self.joiner.rollback(mark)  # the client will resend these chunks
+            raise
+        if applied is False:  # a resent chunk, stored before: keep none of its pieces
+            if mark is not None and self.joiner is not None:
+                self.joiner.rollback(mark)
+            return
+        self._lines_in.inc(len(records))
 
     def _feed(self, unpacker: msgpack.Unpacker, data: bytes) -> None:
         try:
@@ -252,6 +280,35 @@ class ForwardServer:
             metrics.reject(self.source, "bad_msgpack", str(exc))
             return records, acks, False
         return records, acks, True
+
+    def _batches(self, unpacker: Any) -> tuple[list[tuple[list[LogRecord], list[Any],
+                                                          str | None]], bool]:
+        """Every complete message buffered as batches ``(records, chunks to ack, chunk id)``,
+        and whether the stream is still usable: one batch, or with ``chunk_ids`` one per
+        chunk-carrying message (its own records only) and one per run of the others."""
+        if not self.chunk_ids:
+            records, acks, healthy = self._drain(unpacker)
+            return ([(records, acks, None)] if records or acks else []), healthy
+        batches: list[tuple[list[LogRecord], list[Any], str | None]] = []
+        records = []
+        healthy = True
+        try:
+            for message in unpacker:
+                mine: list[LogRecord] = []
+                chunk = self._message(message, mine)
+                if chunk is None:
+                    records += mine
+                    continue
+                if records:  # what came before it is not part of the chunk
+                    batches.append((records, [], None))
+                    records = []
+                batches.append((mine, [chunk], chunk_key(chunk)))
+        except Exception as exc:  # malformed msgpack: the rest of the stream is unusable
+            metrics.reject(self.source, "bad_msgpack", str(exc))
+            healthy = False
+        if records:
+            batches.append((records, [], None))
+        return batches, healthy
 
     def _message(self, message: Any, out: list[LogRecord]) -> Any:
         """Decode one Forward message into ``out``; return its ``chunk`` option (or None)."""
