@@ -92,8 +92,8 @@ def claim(conn: Connection, receiver: str, instance: str, now: float, lease_s: f
         .join(incidents, i.id == d.incident_id)
         .where(d.receiver == receiver, d.status == "pending", d.next_attempt_at <= now, free,
                quiet)
-        .group_by(d.incident_id).order_by(text("due")).limit(limit)
-    ).scalars().all()
+        .group_by(d.incident_id).order_by(text("due")).limit(limit * 4 + 8)
+    ).scalars().all()  # more than needed: some may be busy on another instance
     pg = is_postgres(conn)
     out: list[Claim] = []
     for incident_id in due:
@@ -105,6 +105,8 @@ def claim(conn: Connection, receiver: str, instance: str, now: float, lease_s: f
         c = _claim_group(conn, incident_id, receiver, instance, now, lease_s)
         if c is not None:
             out.append(c)
+            if len(out) >= limit:
+                break
     return out
 
 
