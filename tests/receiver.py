@@ -65,10 +65,10 @@ class Receiver:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 status, delay = receiver._decide()
-                if delay:
-                    time.sleep(delay)
                 receiver._record(Request("POST", self.path, dict(self.headers.items()), body,
                                          time.time(), status))
+                if delay:
+                    time.sleep(delay)
                 payload = receiver.ok_body if status < 300 else b"failing on purpose"
                 try:
                     self.send_response(status)
