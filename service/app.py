@@ -165,6 +165,7 @@ async def run(svc: Service) -> None:
 
 def serve(config: str | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per webhook sent
     settings = load_settings(config)
     check_auth_config(settings.api)  # refuse an open API on a non-loopback host before any work
     svc = build(settings)

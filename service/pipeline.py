@@ -123,6 +123,10 @@ class Pipeline:
         self._applied: dict[tuple[str, str], int | None] = {}  # cache of the store's offsets
         self._partitions: dict[str, set[str]] = {}  # stream → partitions its records came from
         self._recent: OrderedDict[str, None] = OrderedDict()  # streams in memory, LRU order
+        # stream → version of its stored snapshot that the in-memory state continues (None:
+        # not stored yet); commits compare-and-set it, so two replicas fed the same stream
+        # (forward / HTTP behind a load balancer) never overwrite each other's snapshot
+        self._versions: dict[str, int | None] = {}
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline")
         self.counters = {"batches": 0, "records": 0, "skipped": 0, "duplicate_chunks": 0,
                          "stale": 0}
@@ -171,6 +175,7 @@ class Pipeline:
             for k in keys:
                 self._partitions.pop(k, None)
                 self._recent.pop(k, None)
+                self._versions.pop(k, None)
 
     def on_partitions_revoked(self, partitions: Iterable[Any]) -> None:
         """Another consumer will own these: forget their streams and cached offsets."""
@@ -188,7 +193,8 @@ class Pipeline:
 
     # ---- core ------------------------------------------------------------------------
     def _load_state(self, key: str) -> StreamState | None:
-        snap = self.store.load_stream(key)
+        snap, version = self.store.load_stream_versioned(key)
+        self._versions[key] = version
         return StreamState.from_dict(snap) if snap else None
 
     def _run(self, records: list[LogRecord], source: str, chunk_id: str | None) -> bool:
@@ -243,6 +249,7 @@ class Pipeline:
             positions=[PositionAdvance(source, part, self._applied[(source, part)], off)
                        for part, off in advance.items()],
             chunk_id=chunk_id, at=self.clock(),
+            stream_versions={k: self._versions[k] for k in touched if k in self._versions},
         )
 
     def _commit(self, eff: BatchEffects, touched: dict[str, None], advance: dict[str, int],
@@ -259,6 +266,9 @@ class Pipeline:
             self._rollback(touched, advance, source)
             raise
         self.last_commit_s = time.perf_counter() - started
+        for k in eff.streams:
+            if k in self._versions:
+                self._versions[k] = (self._versions[k] or 0) + 1
         for part, off in advance.items():
             self._applied[(source, part)] = off
         self._drop_resolved(eff.skipped_incidents)
@@ -312,3 +322,4 @@ class Pipeline:
             key, _ = self._recent.popitem(last=False)
             self.classifier.forget([key])
             self._partitions.pop(key, None)
+            self._versions.pop(key, None)

@@ -589,3 +589,35 @@ def test_forward_protocol_fluent_logger_and_acked_chunks(
     assert svc.incidents(pod="fwd-1")[0]["version"] == inc1["version"]
     assert_once_each(receiver.requests, {inc["id"], inc1["id"]})
     assert svc.terminate() == 0
+
+
+# ---- 9. HTTP ingest into two replicas: one stream, alternating ------------------------------
+def test_http_ingest_alternating_between_replicas_keeps_every_line(
+        launch: Callable[..., Sentinel], receiver: Receiver, pg_url: str,
+        db_of: Callable[[str], Db]) -> None:
+    """A load balancer spreads one collector's batches over two replicas: each replica must
+    continue from the stream as stored (the other one may have moved it on), not from what
+    it last held in memory."""
+    pair = [launch(name, service_config(store_url=pg_url, api_port=free_port(),
+                                        receivers=[webhook(receiver.url)],
+                                        instance_id=f"e2e-{name}"), start=False)
+            for name in ("a", "b")]
+    for s in pair:
+        s.start()
+    for s in pair:
+        s.wait_ready()
+    records = fluent_bit_records(KV_CACHE, NS, "lb-0")
+    exp = Expected.of([kafka_message(r) for r in records])
+    for r in records:  # Fluent Bit http output, format json
+        r["date"] = time.time()
+        del r["@timestamp"]
+    batches = [records[i:i + 20] for i in range(0, len(records), 20)]
+    for i, batch in enumerate(batches):
+        r = pair[i % 2].http.post("/ingest", content=json.dumps(batch).encode(),
+                                  headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+    settle(pair, db_of(pg_url), exp)
+    key = f"{NS}/lb-0/vllm"
+    assert pair[0].stream(key) == pair[1].stream(key)
+    assert sorted(i["id"] for i in pair[0].incidents()) == sorted(exp.critical())
+    assert_once_each(receiver.requests, set(exp.critical()))

@@ -259,3 +259,29 @@ def test_huge_lines_are_cut_in_the_store_only(store: Store) -> None:
     assert len(store.load_stream("ns/big/vllm")["last_line"]) <= 8192
     mem = p.classifier.state("ns/big/vllm").incidents[0]
     assert len(mem.primary.line) > 300_000  # memory keeps the full line
+
+
+def test_replicas_fed_the_same_stream_never_overwrite_each_other(store: Store) -> None:
+    """Forward/HTTP behind a load balancer: batches of one stream alternate between two
+    replicas. Each commit compares the snapshot version it started from; a replica whose
+    memory is behind the store reloads and re-applies its batch instead of overwriting."""
+    recs = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="lb/a/vllm")
+    for r in recs:
+        r.position = None
+    a, b = pipeline(store), pipeline(store)
+
+    async def go() -> None:
+        for i in range(0, len(recs), 20):
+            await (a if i // 20 % 2 == 0 else b).submit(recs[i:i + 20], "forward")
+
+    asyncio.run(go())
+    clf, kinds, ids = reference(recs)
+    assert store.stream("lb/a/vllm")["lines"] == clf.state("lb/a/vllm").seq
+    assert [i["id"] for i in store.list_incidents()[0]] == ids
+    assert a.counters["stale"] + b.counters["stale"] >= len(recs) // 20 - 1
+    # a resolve by hand moves the snapshot on too: the next batch starts from it
+    store.resolve_incident(ids[0], "fixed", at=1.0)
+    asyncio.run(a.submit(recs[-5:], "forward"))
+    assert store.get_incident(ids[0])["status"] == "resolved"
+    a.close()
+    b.close()

@@ -10,7 +10,8 @@ NOTIFIABLE = ("opened", "updated", "resolved")
 
 
 class StaleBatch(Exception):  # noqa: N818 - a condition, not an error
-    """A source position moved since the batch was read: another consumer applied it."""
+    """A source position moved since the batch was read (another consumer applied it), or a
+    stream snapshot changed since it was loaded (another replica wrote it)."""
 
 
 class DuplicateChunk(Exception):  # noqa: N818
@@ -46,6 +47,10 @@ class BatchEffects:
     positions: list[PositionAdvance] = field(default_factory=list)
     chunk_id: str | None = None
     at: float = 0.0  # wall clock of the commit (outbox created_at, changed_at)
+    # key → the snapshot version the batch started from (None: the stream did not exist);
+    # the commit fails with StaleBatch when a stream listed here has another version now.
+    # Streams not listed are written whatever their version.
+    stream_versions: dict[str, int | None] = field(default_factory=dict)
     # filled in by commit_batch: incidents left untouched because they were resolved by
     # hand (the pipeline drops them from its in-memory state)
     skipped_incidents: set[str] = field(default_factory=set)

@@ -29,6 +29,14 @@ def load_stream(conn: Connection, key: str) -> dict[str, Any] | None:
     return conn.execute(select(streams.c.state).where(streams.c.key == key)).scalar()
 
 
+def load_stream_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | None,
+                                                               int | None]:
+    """(snapshot, version); (None, None) for an unknown stream."""
+    row = conn.execute(select(streams.c.state, streams.c.version)
+                       .where(streams.c.key == key)).first()
+    return (None, None) if row is None else (row.state, int(row.version))
+
+
 def applied_position(conn: Connection, source: str, partition: str) -> int | None:
     t = source_positions.c
     return conn.execute(

@@ -40,6 +40,8 @@ streams = Table(
     Column("status", String(16)),
     Column("stage", String(32)),
     Column("updated_at", Double, nullable=False),
+    # bumped by every write of the snapshot; writers compare-and-set it (see writes.py)
+    Column("version", Integer, nullable=False, server_default="0"),
 )
 
 incidents = Table(

@@ -61,6 +61,11 @@ class Store:
         with self._read() as conn:
             return queries.load_stream(conn, key)
 
+    def load_stream_versioned(self, key: str) -> tuple[dict[str, Any] | None, int | None]:
+        """The snapshot and its version (pass it back in ``BatchEffects.stream_versions``)."""
+        with self._read() as conn:
+            return queries.load_stream_versioned(conn, key)
+
     def applied_position(self, source: str, partition: str) -> int | None:
         with self._read() as conn:
             return queries.applied_position(conn, source, partition)

@@ -26,17 +26,7 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
     for p in eff.positions:
         _advance(conn, p.source, p.partition, p.expected, p.position, now)
     if eff.streams:
-        stmt = insert(conn, streams)
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[streams.c.key],
-            set_={"state": stmt.excluded.state, "status": stmt.excluded.status,
-                  "stage": stmt.excluded.stage, "updated_at": stmt.excluded.updated_at},
-        )
-        conn.execute(stmt, [
-            {"key": key, "state": state, "status": state.get("status"),
-             "stage": state.get("stage"), "updated_at": now}
-            for key, state in eff.streams.items()
-        ])
+        _write_streams(conn, eff, now)
     for w in eff.incidents:
         version = _upsert_incident(conn, w.body, len(w.kinds), now)
         if version is None:
@@ -51,6 +41,42 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
                  "created_at": now, "snapshot": w.summary}
                 for i, kind in enumerate(w.kinds)
             ])
+
+
+def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
+    """Snapshots: compare-and-set on the version for streams in ``eff.stream_versions``
+    (insert-only when it was None), a plain upsert for the others; every write bumps the
+    version. :class:`StaleBatch` when another writer got there first."""
+    t = streams.c
+    blind = []
+    for key, state in eff.streams.items():
+        row = {"key": key, "state": state, "status": state.get("status"),
+               "stage": state.get("stage"), "updated_at": now}
+        if key not in eff.stream_versions:
+            blind.append(row)
+            continue
+        expected = eff.stream_versions[key]
+        if expected is None:
+            stmt = insert(conn, streams).values(**row, version=1)
+            stmt = stmt.on_conflict_do_nothing().returning(t.key)
+            done = conn.execute(stmt).first() is not None  # (rowcount is unreliable for INSERT)
+        else:
+            done = conn.execute(
+                update(streams).where(t.key == key, t.version == expected)
+                .values(state=state, status=row["status"], stage=row["stage"],
+                        updated_at=now, version=t.version + 1)
+            ).rowcount == 1
+        if not done:
+            raise StaleBatch(f"stream {key}: snapshot changed since version {expected}")
+    if blind:
+        stmt = insert(conn, streams)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[t.key],
+            set_={"state": stmt.excluded.state, "status": stmt.excluded.status,
+                  "stage": stmt.excluded.stage, "updated_at": stmt.excluded.updated_at,
+                  "version": t.version + 1},
+        )
+        conn.execute(stmt, [{**row, "version": 1} for row in blind])
 
 
 def _advance(conn: Connection, source: str, partition: str, expected: int | None,
@@ -148,5 +174,6 @@ def resolve_incident(conn: Connection, incident_id: str, reason: str, at: float)
     if state and any(i.get("id") == incident_id for i in state.get("incidents", [])):
         state = dict(state)
         state["incidents"] = [i for i in state["incidents"] if i.get("id") != incident_id]
-        conn.execute(update(streams).where(streams.c.key == row.stream).values(state=state))
+        conn.execute(update(streams).where(streams.c.key == row.stream)
+                     .values(state=state, version=streams.c.version + 1))
     return True
