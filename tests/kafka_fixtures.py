@@ -63,7 +63,7 @@ def kafka_bootstrap() -> Iterator[str]:
     if found.returncode != 0:
         pytest.skip(f"no Kafka broker: {found.stderr.strip() or found.stdout.strip()}")
     started = subprocess.run(
-        [sys.executable, str(TANSU), "start", "--port", "0"],
+        [sys.executable, str(TANSU), "start", "--port", "0", "--exit-with", str(os.getpid())],
         capture_output=True,
         text=True,
         timeout=60,
