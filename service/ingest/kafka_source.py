@@ -163,6 +163,7 @@ class KafkaSourceBase(ABC):
         self.backoff_max_s = min(backoff_max_s, settings.max_poll_interval_ms / 2000)
         self.source = source
         self._parts: dict[Partition, _PartitionState] = {}
+        self._assigned: frozenset[Partition] = frozenset()  # swapped whole: safe to read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failures = 0
@@ -174,8 +175,8 @@ class KafkaSourceBase(ABC):
 
     @property
     def assigned(self) -> frozenset[Partition]:
-        """Partitions this source currently owns."""
-        return frozenset(self._parts)
+        """Partitions this source currently owns (readable from any thread)."""
+        return self._assigned
 
     @property
     def running(self) -> bool:
@@ -406,6 +407,7 @@ class KafkaSourceBase(ABC):
         tps = sorted(Partition(p[0], p[1]) for p in partitions)
         for tp in tps:
             self._parts[tp] = self._new_state()
+        self._assigned = self._assigned | frozenset(tps)
         log.info("kafka(%s): assigned %s", self.client_name, _names(tps))
         if self.on_assigned is not None and tps:
             try:
@@ -415,6 +417,7 @@ class KafkaSourceBase(ABC):
 
     def _partitions_revoked(self, partitions: Iterable[Any], lost: bool = False) -> None:
         tps = sorted(Partition(p[0], p[1]) for p in partitions)
+        self._assigned = self._assigned - frozenset(tps)
         for tp in tps:
             self._parts.pop(tp, None)
             with contextlib.suppress(KeyError):
@@ -431,8 +434,9 @@ class KafkaSourceBase(ABC):
             self._close()
         except Exception:
             log.exception("kafka(%s): close failed", self.client_name)
-        if self._parts:  # the client did not revoke them (e.g. it failed): forget them
-            self._partitions_revoked(list(self._parts), lost=True)
+        left = set(self._parts) | self._assigned
+        if left:  # the client did not revoke them (e.g. it failed): forget them
+            self._partitions_revoked(list(left), lost=True)
 
     # ------------------------------------------------------------------ lag
 
