@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import signal
 import socket
 import struct
 import threading
@@ -85,6 +86,9 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Sentinel]]:
         return s
 
     yield make
+    for s in started:  # all at once: each takes a moment to leave its consumer group
+        if s.alive():
+            s.proc.send_signal(signal.SIGTERM)
     for s in started:
         s.close()
         print(f"----- {s.name} ({s.log_path}) -----\n{s.log_tail(3000)}")
@@ -316,7 +320,7 @@ ONCE_LOGS = [  # one critical incident each, announced once (opened)
 
 
 def test_two_instances_split_the_partitions_and_page_each_incident_once(
-        kafka_bootstrap: str, launch: Callable[..., Sentinel], receiver: Receiver, pg_url: str,
+        kafka_bootstrap: str, pg_url: str, launch: Callable[..., Sentinel], receiver: Receiver,
         db_of: Callable[[str], Db]) -> None:
     topic = create_topic(kafka_bootstrap, 4, "e2e-pair")
     group = unique("g")
@@ -350,7 +354,6 @@ def test_two_instances_split_the_partitions_and_page_each_incident_once(
     db = db_of(pg_url)
     settle(pair, db, exp)
 
-    assert split() is not None  # no rebalance meanwhile: each did its own share
     for s in pair:
         assert s.metric("sentinel_lines_total", source="kafka") > 0, f"{s.name} read nothing"
     assert sorted(i["id"] for i in pair[1].incidents()) == sorted(exp.critical())
@@ -403,10 +406,11 @@ def test_sigkill_mid_stream_and_restart_loses_and_repeats_nothing(
                "a third of the stream to be read")
     # not while a webhook is on the wire (that one would legitimately be sent again)
     wait_until(lambda: db.leased() == 0, 10, "no delivery in flight")
+    read = svc.metric("sentinel_lines_total", source="kafka")
     svc.kill()
     before = set(db.incident_versions())
     paged_before = len(receiver.accepted())
-    assert thread.is_alive(), "the producer finished before the kill: make the stream longer"
+    assert read < total, "everything was read before the kill: make the stream longer"
 
     svc.start().wait_ready()
     thread.join(60)
@@ -593,7 +597,7 @@ def test_forward_protocol_fluent_logger_and_acked_chunks(
 
 # ---- 9. HTTP ingest into two replicas: one stream, alternating ------------------------------
 def test_http_ingest_alternating_between_replicas_keeps_every_line(
-        launch: Callable[..., Sentinel], receiver: Receiver, pg_url: str,
+        pg_url: str, launch: Callable[..., Sentinel], receiver: Receiver,
         db_of: Callable[[str], Db]) -> None:
     """A load balancer spreads one collector's batches over two replicas: each replica must
     continue from the stream as stored (the other one may have moved it on), not from what

@@ -124,7 +124,12 @@ class ConfluentKafkaSource(KafkaSourceBase):
     def _poll(self, timeout_s: float, max_records: int) -> list[Message]:
         from confluent_kafka import KafkaError, KafkaException
 
-        messages = self._consumer.consume(num_messages=max_records, timeout=timeout_s)
+        # consume(n, timeout) waits until n messages or the timeout: at a trickle every
+        # batch would sit out the whole timeout (alert latency). Wait for the first message,
+        # then take only what is already fetched.
+        messages = self._consumer.consume(num_messages=1, timeout=timeout_s)
+        if messages and max_records > 1:
+            messages += self._consumer.consume(num_messages=max_records - 1, timeout=0)
         out: list[Message] = []
         for m in messages:
             err = m.error()
