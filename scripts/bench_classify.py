@@ -22,8 +22,10 @@ from service.classify.report import classify_records  # noqa: E402
 from service.ingest.files import read_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-STARTUP = (ROOT / "tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log").read_text(
-    errors="replace").splitlines()[:120]
+_REAL = (ROOT / "tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log").read_text(
+    errors="replace").splitlines()
+# a real startup, up to and including "Application startup complete."
+STARTUP = _REAL[: next(i for i, t in enumerate(_REAL) if "startup complete" in t) + 1]
 FAILURES = [
     "(Worker_TP1 pid={pid}) ERROR 07-21 05:{m:02d}:{s:02d} [multiproc_executor.py:470] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.19 GiB of which 1.02 GiB is free.",
     "node-{n}:71:305 [3] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",

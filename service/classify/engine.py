@@ -108,13 +108,21 @@ class Classifier:
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
         if time is None and self.clock is not None:
             time = self.clock()
-        if st.status == SERVING and not st.shutting_down and not self.rules.worth_a_look(text):
-            # steady state: an access/stats line with nothing that can matter
-            self.lines += 1
-            st.seq += 1
-            if time is not None:
-                st.last_time = time
-            return []
+        if st.stage == "serving" and not st.shutting_down:
+            if "Avg prompt throughput" in text:  # steady state: a stats line
+                self.lines += 1
+                st.seq += 1
+                if time is not None:
+                    st.last_time = time
+                changes: list[Change] = []
+                self._stats_checks(st, text, time, changes)
+                return changes
+            if not self.rules.worth_a_look(text):  # an access line with nothing that matters
+                self.lines += 1
+                st.seq += 1
+                if time is not None:
+                    st.last_time = time
+                return []
         line = L.parse_line(text)
         if line.kind == L.EMPTY:
             return []
@@ -166,7 +174,7 @@ class Classifier:
         for name, value in hits.facts:
             st.facts.setdefault(name, value)
         if hits.serving and "throughput" in line.message and not st.shutting_down:
-            self._stats_checks(st, line, time, changes)
+            self._stats_checks(st, line.text, time, changes)
 
         finding = (None if hits.benign and not hits.signatures
                    else self._finding(st, line, hits.signatures, time))
@@ -467,13 +475,13 @@ class Classifier:
                             "Kimi K3 runs without --enable-prefix-caching (off by default for it): "
                             "shared prompts are recomputed", line.text, time, changes)
 
-    def _stats_checks(self, st: StreamState, line: L.Line, time: float | None,
+    def _stats_checks(self, st: StreamState, text: str, time: float | None,
                       changes: list[Change]) -> None:
         expected = (st.facts.get("enable_prefix_caching") == "True"
                     or "'enable_prefix_caching': True" in st.facts.get("non_default_args", ""))
         state = st.extra.setdefault("stats", {})
-        for j in serving_stats.judge(line.message, state, expected):
-            self._judgement(st, j.rule, j.category, j.detail, line.text, time, changes)
+        for j in serving_stats.judge(text, state, expected):
+            self._judgement(st, j.rule, j.category, j.detail, L.clean(text), time, changes)
 
     def tick(self, now: float) -> list[Change]:
         """Timer check: open a stall incident for every startup stuck past its deadline."""

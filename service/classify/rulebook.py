@@ -41,7 +41,7 @@ _EMPTY = Hits([], False, False, False, False, [], [])
 # Words that make a line worth a full look even when no signature literal is in it.
 GATE_WORDS = ("error", "exception", "traceback", "warn", "fatal", "fail", "killed", "abort",
               "panic", "segmentation", "core dumped", "timed out", "timeout", "refused",
-              "unexpected", "kv cache usage", "preempt")
+              "unexpected", "preempt")
 
 
 class RuleBook:
