@@ -679,3 +679,50 @@ def test_junk_after_good_frames_is_counted_once_and_the_good_ones_kept(junk):
     records, acks, healthy = server._drain(unpacker)
     assert not healthy and acks == ["k"] and len(records) == 3
     assert rejects("forward", "bad_msgpack") == before + 1
+
+
+def test_chunk_ids_resent_chunk_is_acked_not_applied_and_neighbours_are_kept():
+    """``chunk_ids=True`` (the service): each chunk-carrying message is its own batch with
+    its chunk id; a sink that reports the chunk as stored before (False) gets the ack sent
+    again, and messages around it in the same read are still delivered."""
+
+    class ChunkSink:
+        def __init__(self) -> None:
+            self.seen: set[str] = set()
+            self.calls: list[tuple[list[str], str | None]] = []
+
+        async def __call__(self, records: list[LogRecord], chunk_id: str | None) -> bool:
+            self.calls.append(([r.text for r in records], chunk_id))
+            if chunk_id is not None:
+                if chunk_id in self.seen:
+                    return False
+                self.seen.add(chunk_id)
+            return True
+
+    async def main() -> ChunkSink:
+        sink = ChunkSink()
+        server = ForwardServer(sink, port=0, chunk_ids=True)
+        await server.start()
+        client = await Client.connect(server)
+        part = {"time": "2026-07-27T10:11:12.1Z", "stream": "stdout", "_p": "P", "log": "a" * 10}
+        chunked = [TAG, [[T0, {"log": ROUTES}], [T0, part]], {"chunk": "c1"}]
+        await client.send(chunked)
+        assert await client.receive() == {"ack": "c1"}
+        # one read: a plain message, the same chunk again, another plain message
+        data = b"".join(msgpack.packb(m, use_bin_type=True) for m in (
+            [TAG, T0, {"log": STARTUP}], chunked, [TAG, T0, {"log": ENGINE_FAILED}]))
+        await client.send_raw(data)
+        assert await client.receive() == {"ack": "c1"}
+        await client.send([TAG, T0, {**part, "log": "b" * 10, "_p": "F"}])
+        await until(lambda: any("a" * 10 + "b" * 10 in t for t, _ in sink.calls))
+        await client.close()
+        await server.stop()
+        return sink
+
+    sink = asyncio.run(main())
+    texts = [t for batch, _ in sink.calls for t in batch]
+    assert sink.calls[0] == ([ROUTES], "forward:c1")  # its partial line is held
+    assert ([STARTUP], None) in sink.calls and ([ENGINE_FAILED], None) in sink.calls
+    # the resent chunk's partial piece was dropped: the line is joined from one copy
+    assert texts.count("a" * 10 + "b" * 10) == 1
+    assert texts.count(ROUTES) == 2  # offered twice, refused by the sink the second time
