@@ -165,13 +165,7 @@ class Pipeline:
         """Drop in-memory state of these streams (the store's snapshot is reloaded)."""
         with self._lock:
             keys = set(stream_keys)
-            self.classifier.forget(keys)
-            # findings a later traceback frame could still refine hold the forgotten
-            # Incident objects: a reloaded stream must never change those stale copies
-            refine = getattr(self.classifier, "_refine", None)
-            if isinstance(refine, dict):
-                for k in [k for k in refine if k[0] in keys]:
-                    del refine[k]
+            self.classifier.forget(keys)  # also drops pending frame refinements
             for k in keys:
                 self._partitions.pop(k, None)
                 self._recent.pop(k, None)

@@ -93,8 +93,11 @@ class Classifier:
 
     def forget(self, keys: Iterable[str]) -> None:
         """Drop in-memory state (e.g. a Kafka partition was revoked)."""
-        for k in list(keys):
+        gone = set(keys)
+        for k in gone:
             self.streams.pop(k, None)
+        for key in [k for k in self._refine if k[0] in gone]:
+            del self._refine[key]
 
     # ---- feeding -------------------------------------------------------------------
     def feed(self, rec: LogRecord) -> list[Change]:
