@@ -65,7 +65,8 @@ class Incident:
         return False
 
     def note(self, line: str) -> None:
-        if len(self.evidence) < MAX_EVIDENCE and line:
+        """Keep the log from the first error on (bounded; repeats of a recent line skipped)."""
+        if len(self.evidence) < MAX_EVIDENCE and line and line not in self.evidence[-8:]:
             self.evidence.append(line)
 
     def summary(self) -> dict[str, Any]:

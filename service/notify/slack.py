@@ -52,8 +52,11 @@ def message(alert: Alert) -> dict[str, Any]:
     fact_fields = [(name, facts.get(key)) for key, name in FACTS]
     if any(v for _, v in fact_fields):
         blocks.append(_fields(fact_fields))
+    if s.get("detail"):
+        blocks.append(_section("*What was seen*", s["detail"]))
     if s.get("remediation"):
         blocks.append(_section("*First move*", s["remediation"]))
+    blocks.extend(_judgements(s.get("extra") or {}))
     if s["status"] == "resolved" and s.get("resolution"):
         blocks.append(_section("*Resolution*", s["resolution"]))
     evidence = s["evidence"][-EVIDENCE_LINES:]
@@ -96,3 +99,29 @@ def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any] | None:
     fields = [{"type": "mrkdwn", "text": cut(f"*{name}*\n{_esc(value)}", FIELD_MAX)}
               for name, value in pairs if value not in (None, "")][:10]
     return {"type": "section", "fields": fields} if fields else None
+
+
+def _judgements(extra: dict[str, Any]) -> list[dict[str, Any] | None]:
+    """Crash loop, last good vs now, the playbook (owner, evidence, the compatibility
+    decision) and fleet membership, as compact sections."""
+    out: list[dict[str, Any] | None] = []
+    if extra.get("note"):
+        out.append(_section("*Crash loop*", extra["note"]))
+    changed = extra.get("changed_since_last_good") or {}
+    if changed:
+        out.append(_section("*Changed since the last healthy start*", "\n".join(
+            f"• {k}: {a} → {b}" for k, (a, b) in list(changed.items())[:12])))
+    fleet = extra.get("fleet")
+    if fleet:
+        out.append(_section("*Fleet*", f"{fleet.get('count')} workloads share "
+                                       f"{fleet.get('key')}={fleet.get('value')}"))
+    pb = extra.get("playbook") or {}
+    if pb.get("decision"):
+        out.append(_section("*Decision*", "\n".join(
+            f"• {d['option']}: needs {', '.join(d.get('preconditions', []))}"
+            + ("" if d.get("available", True) else " (not available for this image)")
+            for d in pb["decision"])))
+    if pb.get("evidence"):
+        owner = f"Owner: {pb['owner']}. " if pb.get("owner") else ""
+        out.append(_section("*Collect*", owner + "; ".join(pb["evidence"][:8])))
+    return out
