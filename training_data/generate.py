@@ -326,7 +326,7 @@ def vary(rng: random.Random, seed: dict, text: str) -> tuple[str, str]:
         if cut > 60:
             t = t[:cut]
             kinds.append("truncated")
-    force = seed["category"] in NEEDS_CONTEXT
+    force = seed["category"] in NEEDS_CONTEXT and bool(OOM_MESSAGE.search(text))
     t, added = with_context(rng, t, seed.get("context", "none"), force)
     if added:
         kinds.append("context")
@@ -665,7 +665,8 @@ def main(argv: list[str] | None = None) -> int:
             fam = f"{e['family']}.t{i}"  # one template (wording) = one split group
             if is_ood:
                 ood.append(_row(text, cat, e["source"], fam, None))
-            elif cat not in NEEDS_CONTEXT:
+            elif not (cat in NEEDS_CONTEXT and OOM_MESSAGE.search(text)
+                      and 'File "' not in text):
                 real.append(_row(text, cat, e["source"], fam, stage))
             seen = {text}
             for _ in range(n * 3):

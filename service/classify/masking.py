@@ -36,10 +36,11 @@ _URL = re.compile(r"\b(?:https?|tcp|file|ipc|s3|gs|ws)://[^\s'\"<>()\]\[,]+")
 # 2025-06-06 09:52:01(.123)  |  2025-06-06T09:52:01.123Z  |  06-06 09:52:01  |  E321 02:07:08.408271257
 _TS = re.compile(
     r"\b(?:\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?"
-    r"|[EWIF]?\d{3,4} \d{2}:\d{2}:\d{2}\.\d+"
     r"|\d{2}-\d{2} \d{2}:\d{2}:\d{2}"
     r"|\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)\b"
 )
+# torch c10 log prefix "[E321 02:07:08.408271257 File.cpp:N]": keep the severity letter
+_C10_TS = re.compile(r"\[([EWIF])\d{3,4} \d{2}:\d{2}:\d{2}\.\d+")
 _IPV4 = re.compile(r"(?<![\w.])(?:::ffff:)?(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5}|<\d{1,5}>)?(?![\w.])")
 _IPV6 = re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])|(?<![\w:])::(?:ffff|1)\b")
 # NCCL's own prefix "host:pid:tid [dev] NCCL ..." and libmlx5's "mlx5: host: got completion"
@@ -98,6 +99,8 @@ def mask_lines(text: str) -> list[str]:
     if "://" in t:
         t = _URL.sub("<URL>", t)
     if has_digit and ":" in t:
+        if "[" in t:
+            t = _C10_TS.sub(r"[\1<TS>", t)
         t = _TS.sub("<TS>", t)
         if " [" in t:
             t = _NCCL_HOST.sub("<HOST>:<NUM>:<NUM> ", t)

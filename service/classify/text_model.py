@@ -213,7 +213,10 @@ class LinearTextScorer:
         for name, vec, column in features.transformers_:
             if vec in ("drop", "passthrough") or name == "remainder":
                 continue
-            if (vec.norm != "l2" or not vec.use_idf or vec.strip_accents is not None
+            oov = type(vec).__name__ == "OovAwareTfidf"
+            if oov and vec.norm is not None:
+                raise ValueError("OovAwareTfidf must be built with norm=None")
+            if ((not oov and vec.norm != "l2") or not vec.use_idf or vec.strip_accents is not None
                     or vec.preprocessor is not None or vec.tokenizer is not None
                     or vec.stop_words is not None or callable(vec.analyzer)
                     or vec.binary or vec.input != "content"):
@@ -232,6 +235,7 @@ class LinearTextScorer:
                 "terms": terms, "vocab": dict(vec.vocabulary_),
                 "idf": np.asarray(vec.idf_, dtype=np.float64),
                 "offset": offset, "weight": float(weights.get(name, 1.0)),
+                "oov_idf": float(np.max(vec.idf_)) if oov else 0.0,
             })
             offset += len(vec.vocabulary_)
         self.n_features = offset
@@ -283,7 +287,7 @@ class LinearTextScorer:
             "blocks": [
                 {k: (list(v) if isinstance(v, tuple) else v) for k, v in b.items()
                  if k in ("name", "column", "analyzer", "ngram", "lower", "token_pattern",
-                          "sublinear", "offset", "weight")}
+                          "sublinear", "offset", "weight", "oov_idf")}
                 for b in self.blocks
             ],
         }
@@ -314,6 +318,7 @@ class LinearTextScorer:
             block["vocab"] = {t: j for j, t in enumerate(terms)}
             block["idf"] = np_.asarray(arrays[f"idf_{i}"], dtype=np_.float64)
             block["token_re"] = re.compile(b["token_pattern"]) if b["token_pattern"] else None
+            block["oov_idf"] = float(b.get("oov_idf", 0.0))
             if block["analyzer"] not in ("word", "char_wb", "char"):
                 raise ValueError(f"unknown analyzer {block['analyzer']!r}")
             if len(block["idf"]) != len(terms):
@@ -370,11 +375,14 @@ class LinearTextScorer:
         val_all: list[Any] = []
         for block in self.blocks:
             counts: dict[int, int] = {}
+            unknown: dict[str, int] = {}
             vocab = block["vocab"]
             for term in self._terms(block, fields[block["column"]]):
                 j = vocab.get(term)
                 if j is not None:
                     counts[j] = counts.get(j, 0) + 1
+                else:
+                    unknown[term] = unknown.get(term, 0) + 1
             if not counts:
                 continue
             idx = np.fromiter(counts.keys(), dtype=np.int64, count=len(counts))
@@ -382,7 +390,13 @@ class LinearTextScorer:
             if block["sublinear"]:
                 tf = np.log(tf) + 1.0
             vals = tf * block["idf"][idx]
-            norm = np.sqrt(np.dot(vals, vals))
+            sq = float(np.dot(vals, vals))
+            if block["oov_idf"] and unknown:
+                utf = np.fromiter(unknown.values(), dtype=np.float64, count=len(unknown))
+                if block["sublinear"]:
+                    utf = np.log(utf) + 1.0
+                sq += float(np.dot(utf, utf)) * block["oov_idf"] ** 2
+            norm = np.sqrt(sq)
             if norm > 0:
                 vals = vals / norm
             idx_all.append(idx + block["offset"])
