@@ -63,15 +63,15 @@ from tests.receiver import Receiver  # noqa: E402
 
 TANSU = ROOT / "scripts" / "tansu.py"
 NS = "bench"
-FAILING = [  # one critical incident each
+FAILING = [  # one critical incident each, per-workload categories (never held for a fleet)
     REAL / "bad-dtype.cri.log", REAL / "port-in-use.cri.log", REAL / "tokenizer-missing.cri.log",
     REAL / "worker-killed-while-serving.cri.log", REAL / "kv-cache-too-small.cri.log",
     REAL / "model-unavailable-offline.cri.log", REAL / "trust-remote-code-required.cri.log",
-    CORPUS / "gh-vllm-5635-container-cli-cuda124.log",
-    CORPUS / "gh-kserve-4722-nvml-not-found-unspecified.log",
-    CORPUS / "gh-gpustack-1540-v0-error-804.log",
+    CORPUS / "gh-vllm-28143-oom-weights-linear-create-weights.log",
+    CORPUS / "gh-arcticinference-37-worker-killed-after-weights.log",
+    CORPUS / "gh-vllm-27508-max-seq-len-gib-estimate-py313.log",
     CORPUS / "gh-vllm-3963-v040-gated-repo-llama2.log",
-    CORPUS / "gh-verl-omni-133-v0202-driver-too-old-userwarning.log",
+    CORPUS / "gh-gpustack-814-v06-tp3-heads-not-divisible.log",
 ]
 HEALTHY = REAL / "healthy-serving-prefix-caching-sigterm.cri.log"
 

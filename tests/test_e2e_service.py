@@ -57,7 +57,7 @@ pytest_plugins = ["tests.kafka_fixtures"]  # kafka_bootstrap: one broker per ses
 pytestmark = pytest.mark.integration
 
 KV_CACHE = REAL / "kv-cache-too-small.cri.log"
-DRIVER_TOO_OLD = CORPUS / "gh-verl-omni-133-v0202-driver-too-old-userwarning.log"
+HEADS_NOT_DIVISIBLE = CORPUS / "gh-gpustack-814-v06-tp3-heads-not-divisible.log"
 HEALTHY = REAL / "healthy-serving-prefix-caching-sigterm.cri.log"
 NS = "llm-prod"
 
@@ -182,7 +182,7 @@ def assert_once_each(requests: list[Request], incident_ids: set[str]) -> None:
 
 
 # ---- 1. one failing startup → one incident → one signed webhook ----------------------------
-def test_failing_startups_from_kafka_page_once_each_and_healthy_pages_nothing(
+def test_failing_startup_from_kafka_pages_once_and_healthy_pages_nothing(
         kafka_bootstrap: str, launch: Callable[..., Sentinel], receiver: Receiver,
         sqlite_url: str, db_of: Callable[[str], Db]) -> None:
     topic = create_topic(kafka_bootstrap, 2, "e2e-one")
@@ -191,11 +191,11 @@ def test_failing_startups_from_kafka_page_once_each_and_healthy_pages_nothing(
         kafka=kafka_source(kafka_bootstrap, topic, unique("g")),
         receivers=[webhook(receiver.url)], notify={"group_wait_s": 1.0}))
     svc.wait_assigned()
-    pods = {"kimi-kv-0": KV_CACHE, "verl-drv-0": DRIVER_TOO_OLD, "chat-ok-0": HEALTHY}
+    pods = {"kimi-kv-0": KV_CACHE, "chat-ok-0": HEALTHY}
     logs = [fluent_bit_records(path, NS, pod) for pod, path in pods.items()]
     messages = [kafka_message(r) for r in interleave(logs)]
     exp = Expected.of(messages)
-    assert len(exp.critical()) == 2
+    assert len(exp.critical()) == 1
     produce(kafka_bootstrap, topic, messages)
     db = db_of(sqlite_url)
     settle([svc], db, exp)
@@ -204,9 +204,9 @@ def test_failing_startups_from_kafka_page_once_each_and_healthy_pages_nothing(
     assert sorted(i["id"] for i in incidents) == sorted(exp.critical())
     assert svc.incidents(pod="chat-ok-0") == []  # the healthy log: nothing
     hooks = receiver.accepted()
-    assert len(hooks) == 2, [r.header("X-Sentinel-Event-Id") for r in receiver.requests]
+    assert len(hooks) == 1, [r.header("X-Sentinel-Event-Id") for r in receiver.requests]
     assert_once_each(receiver.requests, set(exp.critical()))
-    for pod in ("kimi-kv-0", "verl-drv-0"):
+    for pod in ("kimi-kv-0",):
         want = label(pods[pod])
         (inc,) = svc.incidents(pod=pod)
         for k in ("tier", "category", "stage"):
@@ -311,11 +311,16 @@ def test_sigterm_exits_zero_and_a_restart_keeps_the_half_started_stream(
 
 
 # ---- 2. two replicas, one consumer group, one PostgreSQL ------------------------------------
-ONCE_LOGS = [  # one critical incident each, announced once (opened)
+# One critical incident each, announced once (opened), of per-workload categories (config,
+# model, capacity): fleet-prone ones (driver, GPU visibility, NCCL ...) may be held back to
+# be paged as one fleet incident, which is not what these tests are about.
+ONCE_LOGS = [
     REAL / "bad-dtype.cri.log", REAL / "port-in-use.cri.log", REAL / "tokenizer-missing.cri.log",
-    REAL / "worker-killed-while-serving.cri.log", CORPUS / "gh-vllm-5635-container-cli-cuda124.log",
-    CORPUS / "gh-kserve-4722-nvml-not-found-unspecified.log",
-    CORPUS / "gh-gpustack-1540-v0-error-804.log", CORPUS / "gh-vllm-3963-v040-gated-repo-llama2.log",
+    REAL / "worker-killed-while-serving.cri.log",
+    CORPUS / "gh-vllm-28143-oom-weights-linear-create-weights.log",
+    CORPUS / "gh-arcticinference-37-worker-killed-after-weights.log",
+    CORPUS / "gh-vllm-27508-max-seq-len-gib-estimate-py313.log",
+    CORPUS / "gh-vllm-3963-v040-gated-repo-llama2.log",
 ]
 
 
@@ -375,7 +380,7 @@ def test_sigkill_mid_stream_and_restart_loses_and_repeats_nothing(
         receivers=[webhook(receiver.url)]))
     svc.wait_assigned()
     failing = [fluent_bit_records(path, NS, f"crash-{i}")
-               for i, path in enumerate(ONCE_LOGS + [KV_CACHE, DRIVER_TOO_OLD])]
+               for i, path in enumerate(ONCE_LOGS + [KV_CACHE, HEADS_NOT_DIVISIBLE])]
     filler = [serving_records(NS, f"serve-{i}", 2500) for i in range(8)]
     records = spread(interleave(filler), failing)
     messages = [kafka_message(r) for r in records]
