@@ -183,6 +183,17 @@ FRAMES: dict[str, list[tuple[str, str, str]]] = {
         ("torch/_inductor/compile_fx.py", "compile_fx_inner",
          "mb_compiled_graph = fx_codegen_and_compile("),
     ],
+    "host": [
+        ("multiprocessing/shared_memory.py", "__init__", "self._mmap = mmap.mmap(self._fd, size)"),
+        ("vllm/distributed/device_communicators/shm_broadcast.py", "__init__",
+         "self.shared_memory = shared_memory.SharedMemory("),
+        ("torch/multiprocessing/reductions.py", "reduce_storage",
+         "fd, size = storage._share_fd_cpu_()"),
+        ("vllm/v1/executor/multiproc_executor.py", "_init_executor",
+         "self.rpc_broadcast_mq = MessageQueue(self.world_size, self.world_size)"),
+        ("multiprocessing/connection.py", "_recv_bytes", "buf = self._recv(4)"),
+        ("safetensors/torch.py", "load_file", "result[k] = f.get_tensor(k)"),
+    ],
     "config": [
         ("vllm/engine/arg_utils.py", "create_engine_config", "model_config = self.create_model_config()"),
         ("vllm/config/model.py", "__post_init__", "self.max_model_len = _get_and_verify_max_len("),
