@@ -36,7 +36,8 @@ def _parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="score the classifier on a labelled corpus directory")
     e.add_argument("directory")
-    e.add_argument("--mode", choices=["hybrid", "signatures", "model", "all"], default="all")
+    e.add_argument("--mode", choices=["hybrid", "signatures", "model", "all", "ablation"],
+                   default="all", help="ablation: remove each case's deciding rule (unseen wording)")
     e.add_argument("--json", action="store_true")
 
     s = sub.add_parser("serve", help="run the streaming service")

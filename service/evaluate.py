@@ -103,7 +103,46 @@ def evaluate(directory: Path, mode: str) -> dict[str, Any]:
     return score(cases, preds)
 
 
+def ablation(directory: Path) -> dict[str, Any]:
+    """Unseen wording, simulated: for every failure case the signatures get right, remove the
+    signature that decided it and classify again, signatures only vs hybrid. Measures what the
+    text model adds when a message's wording is one no rule knows."""
+    cases = [c for c in load_cases(directory) if c.category != "healthy"]
+    model = load_text_model()
+    full = RuleBook()
+    by_rule: dict[str, list[Case]] = {}
+    for case in cases:
+        got = predict(case, Classifier(full))
+        if got["rule"] and (got["tier"], got["category"]) == (case.tier, case.category):
+            by_rule.setdefault(got["rule"], []).append(case)
+    sig_ok = hyb_ok = tier_sig = tier_hyb = n = 0
+    for rule, group in by_rule.items():
+        rb = RuleBook(exclude=frozenset({rule}))
+        for case in group:
+            n += 1
+            s = predict(case, Classifier(rb))
+            h = predict(case, Classifier(rb, text_model=model))
+            sig_ok += s["category"] == case.category
+            hyb_ok += h["category"] == case.category
+            tier_sig += s["tier"] == case.tier
+            tier_hyb += h["tier"] == case.tier
+    return {"cases": n, "rules_removed": len(by_rule),
+            "signatures_category_accuracy": round(sig_ok / n, 4) if n else 0.0,
+            "hybrid_category_accuracy": round(hyb_ok / n, 4) if n else 0.0,
+            "signatures_tier_accuracy": round(tier_sig / n, 4) if n else 0.0,
+            "hybrid_tier_accuracy": round(tier_hyb / n, 4) if n else 0.0}
+
+
 def main(directory: str, mode: str = "all", as_json: bool = False) -> int:
+    if mode == "ablation":
+        r = ablation(Path(directory))
+        print(json.dumps(r, indent=2) if as_json else
+              f"== ablation (deciding signature removed): {r['cases']} cases, "
+              f"{r['rules_removed']} rules  category accuracy: signatures "
+              f"{r['signatures_category_accuracy']:.3f} vs hybrid {r['hybrid_category_accuracy']:.3f}"
+              f"  tier accuracy: signatures {r['signatures_tier_accuracy']:.3f} vs hybrid "
+              f"{r['hybrid_tier_accuracy']:.3f}")
+        return 0
     modes = MODES if mode == "all" else (mode,)
     results = {m: evaluate(Path(directory), m) for m in modes}
     if as_json:

@@ -47,9 +47,11 @@ GATE_WORDS = ("error", "exception", "traceback", "warn", "fatal", "fail", "kille
 class RuleBook:
     """The loaded rule data of ``rules/``, compiled for the per-line hot path."""
 
-    def __init__(self, rules_dir: Path = RULES_DIR, with_signatures: bool = True) -> None:
+    def __init__(self, rules_dir: Path = RULES_DIR, with_signatures: bool = True,
+                 exclude: frozenset[str] = frozenset()) -> None:
         self.rules_dir = rules_dir
-        self.signatures = load_signatures(rules_dir) if with_signatures else []
+        sigs = load_signatures(rules_dir) if with_signatures else []
+        self.signatures = [s for s in sigs if s.id not in exclude]
         self.stage_rules = load_stage_rules(rules_dir)
         self.fact_rules = load_fact_rules(rules_dir)
         self.cuda = CudaTable(rules_dir)
