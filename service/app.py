@@ -110,7 +110,7 @@ def build(settings: Settings) -> Service:
     ctx = ServiceContext(settings=settings, store=store, pipeline=None, rulebook=rulebook,
                          text_model=model, **ctx_kwargs)
     dispatcher = Dispatcher(store, settings.receivers, settings.notify,
-                            instance_id=ctx.instance_id)
+                            instance_id=ctx.instance_id, fleet=settings.fleet)
     ctx.pipeline = Pipeline(store, classifier, router=dispatcher.router,
                             on_commit=dispatcher.wake)
     svc = Service(ctx=ctx, dispatcher=dispatcher)

@@ -99,8 +99,20 @@ class StallSettings(BaseModel):
 
 
 class FleetSettings(BaseModel):
-    threshold: int = 3  # workloads with the same category and shared key within the window
-    window_s: float = 900.0
+    """Fleet incidents: N or more workloads failing with the same fleet-prone category and a
+    shared key (driver branch, image, node pool, NCCL version, namespace) within the window
+    page once as one fleet incident; the per-pod pages are inhibited.
+
+    The cost is latency: a fleet-prone incident's first page waits ``hold_s`` after the
+    incident was first stored, so the other pods of a fleet can arrive and the fleet page
+    goes out instead of the first pod's. Other categories (capacity, config, ...) never wait.
+    """
+
+    enabled: bool = True
+    threshold: int = Field(3, ge=2)  # workloads/nodes with the category and a shared key
+    window_s: float = Field(900.0, gt=0)  # members' opened_at within this of each other
+    # how long a fleet-prone incident's first page is held before it may page alone
+    hold_s: float = Field(20.0, ge=0)
 
 
 class Settings(BaseSettings):

@@ -77,6 +77,10 @@ class Incident(_Open):
     resolved_at: float | None = None
     resolution: str | None = None
     version: int | None = Field(None, description="grows with every change")
+    fleet_id: str | None = Field(
+        None, description="the fleet incident grouping this one (it paged instead)")
+    members: list[dict[str, Any]] | None = Field(
+        None, description="a fleet incident's member incidents (single-incident view only)")
     deliveries: list[dict[str, Any]] | None = Field(
         None, description="notification attempts (single-incident view only)")
     feedback: list[dict[str, Any]] | None = Field(

@@ -56,29 +56,53 @@ def fleet_keys(body: dict[str, Any]) -> dict[str, str]:
     return out
 
 
+def member_unit(body: dict[str, Any]) -> str:
+    """What a fleet counts: a workload on a node (``namespace/deployment/container@node``).
+    Pods of one Deployment on different nodes count separately (a driver branch or node pool
+    problem hits nodes); a pod replaced on the same node does not count twice. Without a
+    node, the stream (one pod)."""
+    meta = body.get("meta") or {}
+    node = meta.get("node") or (body.get("facts") or {}).get("node")
+    if not node:
+        return str(body.get("stream", ""))
+    return f"{workload_key(body.get('stream', ''), meta)}@{node}"
+
+
+def _category(body: dict[str, Any]) -> str | None:
+    return body["primary"]["category"] if "primary" in body else body.get("category")
+
+
+def is_fleet(body: dict[str, Any]) -> bool:
+    """A fleet incident (not a member)."""
+    return bool((body.get("meta") or {}).get("fleet"))
+
+
 def find_fleet(incident: dict[str, Any], recent: Iterable[dict[str, Any]],
                threshold: int) -> tuple[str, str, list[dict[str, Any]]] | None:
-    """(key, value, members) when ``threshold`` or more distinct workloads with the same
-    category as ``incident`` share one of its key values; else None. ``recent`` are the
-    open incidents of the window (``incident`` may be among them)."""
-    category = incident["primary"]["category"] if "primary" in incident else incident["category"]
-    if category not in FLEET_PRONE:
+    """(key, value, members) when ``threshold`` or more distinct workloads/nodes
+    (:func:`member_unit`) with the same category as ``incident`` share one of its key values;
+    else None. ``recent`` are the open incidents of the window (``incident`` may be among
+    them); ``members`` are all of them sharing the key (``incident`` included), once each."""
+    category = _category(incident)
+    if category not in FLEET_PRONE or is_fleet(incident):
         return None
     mine = fleet_keys(incident)
     groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    units: dict[tuple[str, str], set[str]] = defaultdict(set)
     for other in [incident, *recent]:
-        cat = other["primary"]["category"] if "primary" in other else other.get("category")
-        if cat != category or other.get("severity", "critical") != "critical":
+        if (_category(other) != category or other.get("severity", "critical") != "critical"
+                or is_fleet(other)):
             continue
         theirs = fleet_keys(other)
-        wl = workload_key(other.get("stream", ""), other.get("meta") or {})
+        ident = str(other.get("id") or id(other))
         for key in KEYS:
             if key in mine and theirs.get(key) == mine[key]:
-                groups[(key, mine[key])][wl] = other
+                groups[(key, mine[key])].setdefault(ident, other)
+                units[(key, mine[key])].add(member_unit(other))
     for key in KEYS:
-        members = groups.get((key, mine.get(key, "")))
-        if members and len(members) >= threshold:
-            return key, mine[key], list(members.values())
+        found = (key, mine.get(key, ""))
+        if len(units.get(found, ())) >= threshold:
+            return key, mine[key], list(groups[found].values())
     return None
 
 
@@ -89,24 +113,73 @@ def fleet_id(category: str, key: str, value: str, window_start: float) -> str:
     return "fleet-" + hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+def fleet_stream(category: str, key: str, value: str) -> str:
+    return f"fleet/{category}/{key}={value}"
+
+
+def shared_meta(members: list[dict[str, Any]]) -> dict[str, Any]:
+    """Metadata every member has in common (namespace, container, image, labels), so routes
+    and silences written for the pods (``namespace: [prod]``, ``label:team``) match the
+    fleet too."""
+    metas = [m.get("meta") or {} for m in members]
+    out: dict[str, Any] = {}
+    for k in ("namespace", "container", "image"):
+        values = {str(m.get(k)) for m in metas if m.get(k)}
+        if len(values) == 1 and all(m.get(k) for m in metas):
+            out[k] = values.pop()
+    label_sets = [m.get("labels") or {} for m in metas]
+    if label_sets and all(isinstance(x, dict) for x in label_sets):
+        common = dict(label_sets[0])
+        for other in label_sets[1:]:
+            common = {k: v for k, v in common.items() if other.get(k) == v}
+        if common:
+            out["labels"] = common
+    return out
+
+
+def fleet_detail(category: str, key: str, value: str, count: int) -> str:
+    return f"{count} workloads failed with {category} sharing {key}={value}"
+
+
+def fleet_extra(key: str, value: str, members: list[dict[str, Any]]) -> dict[str, Any]:
+    """``extra.fleet``: what the members share, how many workloads/nodes, who they are."""
+    return {"key": key, "value": value, "count": len({member_unit(m) for m in members}),
+            "incidents": len(members),
+            "members": sorted(str(m.get("id")) for m in members)[:200],
+            "streams": sorted({str(m.get("stream", "")) for m in members})[:200]}
+
+
 def fleet_incident(category: str, key: str, value: str, members: list[dict[str, Any]],
                    window_start: float, now: float) -> Incident:
     """The fleet incident: the first member's root cause, the count, what they share."""
     first = min(members, key=lambda m: m.get("opened_at") or now)
     p = first.get("primary") or {}
+    extra = fleet_extra(key, value, members)
     primary = Finding(
         tier=tier_of(category), category=category, stage=p.get("stage", "cuda_init"),
         confidence=float(p.get("confidence", 0.9)), method="fleet", rule=p.get("rule"),
         line=p.get("line", ""), remediation=p.get("remediation", ""),
-        detail=f"{len(members)} workloads failed with {category} sharing {key}={value}",
+        detail=fleet_detail(category, key, value, extra["count"]),
     )
-    streams = sorted({m.get("stream", "") for m in members})
     return Incident(
-        id=fleet_id(category, key, value, window_start), stream=f"fleet/{category}/{key}={value}",
-        run=0, primary=primary, facts={key: value}, meta={"fleet": True},
+        id=fleet_id(category, key, value, window_start),
+        stream=fleet_stream(category, key, value), run=0, primary=primary,
+        facts={key: value}, meta={**shared_meta(members), "fleet": True},
         opened_at=now, updated_at=now, evidence=[p.get("line", "")],
-        explanation=first.get("explanation"),
-        extra={"fleet": {"key": key, "value": value, "count": len(members),
-                         "members": [m.get("id") for m in members][:200],
-                         "streams": streams[:200]}},
+        explanation=first.get("explanation"), extra={"fleet": extra},
     )
+
+
+def with_members(fleet: dict[str, Any], members: list[dict[str, Any]],
+                 now: float) -> dict[str, Any]:
+    """The fleet incident body after its member list changed (count, members, detail)."""
+    body = dict(fleet)
+    old = (body.get("extra") or {}).get("fleet") or {}
+    key, value = old.get("key", ""), old.get("value", "")
+    extra = fleet_extra(key, value, members)
+    body["extra"] = {**(body.get("extra") or {}), "fleet": extra}
+    body["primary"] = {**body["primary"], "detail": fleet_detail(
+        body["primary"]["category"], key, value, extra["count"])}
+    body["meta"] = {**shared_meta(members), "fleet": True}
+    body["updated_at"] = now
+    return body

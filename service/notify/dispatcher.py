@@ -6,6 +6,16 @@ rate limit, renders the incident's current state once for the whole group and se
 Failures are retried with exponential backoff and full jitter (forever unless
 ``max_attempts``); a crashed instance's leases expire and another instance takes over.
 Any number of dispatchers may share one database.
+
+Fleets (``FleetSettings``): the first message about a critical incident of a fleet-prone
+category waits ``hold_s`` after the incident was stored (set when the delivery row is
+created; not an attempt). When it is due, the store looks for the fleet it belongs to
+(:meth:`Store.inhibit_for_fleet`): ``threshold`` or more workloads/nodes of that category
+opened within ``window_s`` of it sharing a driver branch, image, node pool, NCCL version or
+namespace. If there is one, the fleet incident is committed once (with its own outbox event:
+it pages like any incident, through routes and silences) and this delivery ends
+``inhibited``; so do the member's later messages to a receiver never told about it, while
+the fleet is open. Otherwise the incident pages on its own.
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ from email.utils import parsedate_to_datetime
 import httpx
 
 from service import metrics
-from service.config import NotifySettings, ReceiverSettings
+from service.config import FleetSettings, NotifySettings, ReceiverSettings
+from service.intel.fleet import FLEET_PRONE, is_fleet
 from service.notify.alert import Alert
 from service.notify.outbox import NOTE_NEVER_SENT, backoff, make_route, message_kind
 from service.notify.ratelimit import TokenBucket
@@ -47,11 +58,14 @@ class Dispatcher:
         housekeeping_s: float = 30.0,
         http: httpx.Client | None = None,
         rng: random.Random | None = None,
+        fleet: FleetSettings | None = None,
     ) -> None:
         check(receivers)
         self.store = store
         self.receivers = list(receivers)
         self.settings = settings or NotifySettings()
+        # None or enabled=False: every incident pages on its own, at once
+        self.fleet = fleet if fleet is not None and fleet.enabled else None
         self.instance_id = instance_id
         self.clock = clock
         self.poll_interval_s = poll_interval_s
@@ -117,11 +131,22 @@ class Dispatcher:
     def expand(self) -> int:
         total = 0
         while not self._stop.is_set():
-            n = self.store.expand_outbox(self.route, limit=EXPAND_BATCH)
+            n = self.store.expand_outbox(self.route, limit=EXPAND_BATCH,
+                                         hold=self._hold if self.fleet else None)
             total += n
             if n < EXPAND_BATCH:
                 break
         return total
+
+    def _fleet_prone(self, incident: dict[str, object]) -> bool:
+        primary = incident.get("primary") or {}
+        return (self.fleet is not None and incident.get("severity", "critical") == "critical"
+                and primary.get("category") in FLEET_PRONE  # type: ignore[union-attr]
+                and not is_fleet(incident))  # type: ignore[arg-type]
+
+    def _hold(self, incident: dict[str, object]) -> float:
+        """Seconds a fleet-prone incident's first message waits for its fleet to show."""
+        return self.fleet.hold_s if self.fleet and self._fleet_prone(incident) else 0.0
 
     def _expand_loop(self) -> None:
         while not self._stop.is_set():
@@ -192,6 +217,8 @@ class Dispatcher:
             if kind is None:
                 self._finish(r, c, "dropped", NOTE_NEVER_SENT)
                 return 0
+            if c.first and self._fleet_prone(c.incident) and self._inhibited(r, c):
+                return 0
             alert = Alert(kind, c.incident, c.version, self.settings.external_url,
                           min(e.created_at for e in c.events))
             req = builder(r)(alert, r, now)
@@ -226,6 +253,21 @@ class Dispatcher:
         for e in c.events:
             metrics.ALERT_LATENCY.labels(receiver=r.name).observe(max(0.0, done - e.created_at))
         return 1
+
+    def _inhibited(self, r: ReceiverSettings, c: Claim) -> bool:
+        """Whether a fleet incident that ``r`` is routed pages instead of this member (its
+        deliveries are then finished ``inhibited``)."""
+        assert self.fleet is not None
+        fid = self.store.inhibit_for_fleet(
+            c.incident["id"], c.delivery_ids, self.instance_id,
+            threshold=self.fleet.threshold, window_s=self.fleet.window_s,
+            covers=lambda fleet: self.router.matches(r, fleet))
+        if fid is None:
+            return False
+        metrics.DELIVERIES.labels(receiver=r.name, outcome="inhibited").inc(len(c.delivery_ids))
+        log.info("receiver %s: incident %s inhibited by fleet %s", r.name, c.incident["id"], fid)
+        self.wake()  # the fleet's own outbox event may be new
+        return True
 
     def _finish(self, r: ReceiverSettings, c: Claim, status: str, note: str) -> None:
         self.store.finish_deliveries(c.delivery_ids, self.instance_id, status=status, note=note)

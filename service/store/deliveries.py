@@ -24,6 +24,9 @@ from service.store.schema import deliveries, incidents, outbox
 # route(incident body, event kind, receivers already engaged with the incident)
 #   → [(receiver, status "pending" | "dropped", note)]
 Route = Callable[[dict[str, Any], str, set[str]], list[tuple[str, str, str | None]]]
+# hold(incident body) → seconds after the incident's first outbox event before a receiver
+# that was told nothing about it yet may get its first message (0: none; fleet detection)
+Hold = Callable[[dict[str, Any]], float]
 
 
 @dataclass(slots=True)
@@ -48,8 +51,12 @@ class Claim:
     lease_until: float = 0.0
 
 
-def expand_outbox(conn: Connection, route: Route, now: float, limit: int) -> int:
-    """Turn up to ``limit`` new outbox events into delivery rows; returns events expanded."""
+def expand_outbox(conn: Connection, route: Route, now: float, limit: int,
+                  hold: Hold | None = None) -> int:
+    """Turn up to ``limit`` new outbox events into delivery rows; returns events expanded.
+    A delivery to a receiver not yet told about the incident is due at the event's time, or
+    ``hold(body)`` seconds after the incident's first event if that is later (not an attempt:
+    the row just waits)."""
     o = outbox.c
     rows = conn.execute(
         select(o.id, o.incident_id, o.version, o.kind, o.created_at, incidents.c.body)
@@ -58,19 +65,29 @@ def expand_outbox(conn: Connection, route: Route, now: float, limit: int) -> int
         .with_for_update(of=outbox, **skip_locked(conn))
     ).all()
     for ev in rows:
-        engaged = set(conn.execute(
-            select(deliveries.c.receiver).distinct().where(
+        told: dict[str, set[str]] = {}
+        for name, status in conn.execute(
+            select(deliveries.c.receiver, deliveries.c.status).distinct().where(
                 deliveries.c.incident_id == ev.incident_id,
                 deliveries.c.status.in_(("pending", "sent")))
-        ).scalars())
+        ):
+            told.setdefault(status, set()).add(name)
+        engaged = told.get("pending", set()) | told.get("sent", set())
         targets = route(ev.body, ev.kind, engaged)
         if targets:
+            due = float(ev.created_at)
+            held = hold(ev.body) if hold is not None else 0.0
+            if held > 0:
+                first = conn.execute(select(func.min(o.created_at))
+                                     .where(o.incident_id == ev.incident_id)).scalar()
+                due = max(due, float(first if first is not None else ev.created_at) + held)
             stmt = insert(conn, deliveries).on_conflict_do_nothing(
                 index_elements=[deliveries.c.event_id, deliveries.c.receiver])
             conn.execute(stmt, [
                 {"event_id": ev.id, "incident_id": ev.incident_id, "version": ev.version,
                  "receiver": name, "status": status, "attempts": 0,
-                 "next_attempt_at": ev.created_at, "last_error": note, "created_at": now}
+                 "next_attempt_at": ev.created_at if name in told.get("sent", ()) else due,
+                 "last_error": note, "created_at": now}
                 for name, status, note in targets
             ])
     if rows:
@@ -154,8 +171,9 @@ def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: st
 
 def finish(conn: Connection, ids: list[int], instance: str, *, status: str, now: float,
            note: str | None = None, retry_at: float | None = None) -> int:
-    """End this instance's lease on ``ids``: ``sent`` / ``silenced`` / ``dropped``, or
-    ``pending`` again with ``retry_at``. Returns rows still leased by ``instance``."""
+    """End this instance's lease on ``ids``: ``sent`` / ``silenced`` / ``inhibited`` (a fleet
+    incident pages instead) / ``dropped``, or ``pending`` again with ``retry_at``. Returns
+    rows still leased by ``instance``."""
     d = deliveries.c
     values: dict[str, Any] = {"status": status, "leased_by": None, "lease_until": None,
                               "last_error": note}

@@ -10,6 +10,7 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Connection, RowMapping
 
 from service.classify.incident import Incident
+from service.store.fleets import members as fleet_members
 from service.store.schema import (
     deliveries,
     feedback,
@@ -21,7 +22,7 @@ from service.store.schema import (
 )
 
 FILTERS = ("tier", "category", "stage", "status", "severity", "namespace", "pod", "node",
-           "stream")
+           "stream", "fleet_id")
 MAX_LIMIT = 500
 
 
@@ -59,6 +60,7 @@ def incident_view(row: RowMapping) -> dict[str, Any]:
         stream=row["stream"], namespace=row["namespace"], pod=row["pod"], node=row["node"],
         updated_at=row["updated_at"], version=row["version"], meta=body.get("meta") or {},
         facts=body.get("facts") or {}, timeline=body.get("timeline") or {},
+        fleet_id=row.get("fleet_id"),
     )
     return out
 
@@ -80,6 +82,8 @@ def get_incident(conn: Connection, incident_id: str) -> dict[str, Any] | None:
             .where(d.incident_id == incident_id).order_by(d.version, d.receiver)
         )
     ]
+    if (row["body"].get("meta") or {}).get("fleet"):
+        out["members"] = fleet_members(conn, incident_id)
     out["feedback"] = [
         _feedback(r) for r in conn.execute(
             select(feedback).where(feedback.c.incident_id == incident_id)

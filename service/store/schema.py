@@ -62,6 +62,8 @@ incidents = Table(
     Column("changed_at", Double, nullable=False),  # wall clock of the last notifiable change
     Column("version", Integer, nullable=False),  # bumped on every notifiable change
     Column("body", Json, nullable=False),  # Incident.to_dict()
+    # the open fleet incident that groups this one (see service/store/fleets.py)
+    Column("fleet_id", String(64), index=True),
     Index("ix_incidents_opened_at_id", "opened_at", "id"),
 )
 
@@ -100,7 +102,7 @@ deliveries = Table(
     Column("incident_id", String(64), nullable=False),
     Column("version", Integer, nullable=False),
     Column("receiver", String(128), nullable=False),
-    Column("status", String(16), nullable=False),  # pending | sent | silenced | dropped
+    Column("status", String(16), nullable=False),  # pending | sent | silenced | inhibited | dropped
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_at", Double, nullable=False),
     Column("last_error", Text),

@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from service.store import annotations, deliveries, queries, writes
-from service.store.deliveries import Claim, Route
+from service.store import annotations, deliveries, fleets, queries, writes
+from service.store.deliveries import Claim, Hold, Route
 from service.store.effects import BatchEffects
 from service.store.engine import is_memory_sqlite, is_postgres, make_engine
 from service.store.migrate import upgrade
@@ -83,6 +83,11 @@ class Store:
         effects.skipped_incidents.clear()
         with self._write() as conn:
             writes.commit_batch(conn, effects)
+            resolved = [w.body["id"] for w in effects.incidents
+                        if w.body.get("status") == "resolved"
+                        and w.body["id"] not in effects.skipped_incidents]
+            if resolved:  # a fleet whose last open member this was resolves with it
+                fleets.resolve_finished(conn, resolved, effects.at)
 
     def prune(self, chunks_older_than_s: float = 86_400.0) -> int:
         with self._write() as conn:
@@ -98,13 +103,14 @@ class Store:
         stage: str | None = None, status: str | None = None, severity: str | None = None,
         namespace: str | None = None, pod: str | None = None, node: str | None = None,
         stream: str | None = None, since: float | None = None, limit: int = 50,
-        cursor: str | None = None,
+        cursor: str | None = None, fleet_id: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Newest first; pass the returned cursor back for the next page (None: last page).
-        ValueError for a malformed cursor."""
+        ``fleet_id`` keeps the members of that fleet incident. ValueError for a malformed
+        cursor."""
         filters = {"tier": tier, "category": category, "stage": stage, "status": status,
                    "severity": severity, "namespace": namespace, "pod": pod, "node": node,
-                   "stream": stream}
+                   "stream": stream, "fleet_id": fleet_id}
         with self._read() as conn:
             return queries.list_incidents(conn, filters, since, limit, cursor)
 
@@ -113,6 +119,7 @@ class Store:
         with self._write() as conn:
             if writes.resolve_incident(conn, id, reason, at) is None:
                 return None
+            fleets.resolve_finished(conn, [id], at)
         return self.get_incident(id)
 
     def stream(self, key: str) -> dict[str, Any] | None:
@@ -155,9 +162,9 @@ class Store:
             return annotations.list_feedback(conn)
 
     # ---- dispatcher ------------------------------------------------------------------
-    def expand_outbox(self, route: Route, limit: int = 200) -> int:
+    def expand_outbox(self, route: Route, limit: int = 200, hold: Hold | None = None) -> int:
         with self._write() as conn:
-            return deliveries.expand_outbox(conn, route, self.clock(), limit)
+            return deliveries.expand_outbox(conn, route, self.clock(), limit, hold)
 
     def claim_deliveries(self, receiver: str, instance: str, *, lease_s: float,
                          group_wait_s: float, limit: int = 10) -> list[Claim]:
@@ -175,3 +182,25 @@ class Store:
         """Deliveries backing off for ``receiver`` become due now (it is reachable again)."""
         with self._write() as conn:
             return deliveries.expedite(conn, receiver, self.clock())
+
+    # ---- fleets ----------------------------------------------------------------------
+    def inhibit_for_fleet(self, incident_id: str, delivery_ids: list[int], instance: str, *,
+                          threshold: int, window_s: float,
+                          covers: Callable[[dict[str, Any]], bool]) -> str | None:
+        """One transaction: find (or create, once across instances) the open fleet incident
+        ``incident_id`` belongs to; when there is one and ``covers(fleet body)`` (the
+        receiver gets the fleet's page), finish this instance's ``delivery_ids`` as
+        ``inhibited`` (note: the fleet id). Returns that fleet id, else None (send as
+        usual). A fleet found is committed either way."""
+        with self._write() as conn:
+            joined = fleets.join(conn, incident_id, threshold=threshold, window_s=window_s,
+                                 now=self.clock())
+            if joined is None or not covers(joined.body):
+                return None
+            deliveries.finish(conn, delivery_ids, instance, status="inhibited",
+                              now=self.clock(), note=f"fleet {joined.fleet_id}")
+            return joined.fleet_id
+
+    def fleet_members(self, fleet_id: str) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            return fleets.members(conn, fleet_id)

@@ -28,7 +28,7 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
     if eff.streams:
         _write_streams(conn, eff, now)
     for w in eff.incidents:
-        version = _upsert_incident(conn, w.body, len(w.kinds), now)
+        version = upsert_incident(conn, w.body, len(w.kinds), now)
         if version is None:
             eff.skipped_incidents.add(w.body["id"])
             continue
@@ -114,7 +114,7 @@ def incident_columns(body: dict[str, Any], now: float) -> dict[str, Any]:
     }
 
 
-def _upsert_incident(conn: Connection, body: dict[str, Any], bump: int,
+def upsert_incident(conn: Connection, body: dict[str, Any], bump: int,
                      now: float) -> int | None:
     """Insert or update; the version grows by ``bump``. None when the stored incident is
     resolved already (resolved by hand: the classifier's later changes are ignored)."""
@@ -147,9 +147,11 @@ def _num(v: Any, default: float) -> float:
     return float(v) if isinstance(v, int | float) else default
 
 
-def resolve_incident(conn: Connection, incident_id: str, reason: str, at: float) -> bool | None:
-    """Resolve by hand: new version + ``resolved`` outbox event, and the incident leaves its
-    stream's snapshot. None: unknown id; False: it was resolved already."""
+def resolve_incident(conn: Connection, incident_id: str, reason: str, at: float,
+                     by: str = "api") -> bool | None:
+    """Resolve by hand (``by`` api) or because its members are (``by`` members, a fleet):
+    new version + ``resolved`` outbox event, and the incident leaves its stream's snapshot.
+    None: unknown id; False: it was resolved already."""
     t = incidents.c
     row = conn.execute(
         select(t.version, t.status, t.stream, t.body).where(t.id == incident_id)
@@ -161,7 +163,7 @@ def resolve_incident(conn: Connection, incident_id: str, reason: str, at: float)
         return False
     body = dict(row.body)
     body.update(status="resolved", resolved_at=at, resolution=reason,
-                extra={**(body.get("extra") or {}), "resolved_by": "api"})
+                extra={**(body.get("extra") or {}), "resolved_by": by})
     version = int(row.version) + 1
     conn.execute(update(incidents).where(t.id == incident_id).values(
         status="resolved", resolved_at=at, updated_at=at, changed_at=at, version=version,

@@ -44,6 +44,8 @@ def list_incidents(
     pod: str | None = None,
     node: str | None = None,
     stream: str | None = None,
+    fleet_id: Annotated[str | None, Query(
+        description="only the members of this fleet incident")] = None,
     since: Annotated[str | None, Query(
         description="only incidents opened at or after this time: epoch seconds or ISO 8601",
         examples=["2026-12-02T14:00:00Z"])] = None,
@@ -58,7 +60,7 @@ def list_incidents(
         items, next_cursor = store.list_incidents(
             tier=tier, category=category, stage=stage, status=status, severity=severity,
             namespace=namespace, pod=pod, node=node, stream=stream, since=since_t,
-            limit=limit, cursor=cursor)
+            limit=limit, cursor=cursor, fleet_id=fleet_id)
     except ValueError as exc:  # a cursor the store cannot read
         raise HTTPException(status_code=400, detail=f"bad cursor: {exc}") from None
     return IncidentPage(items=items, next_cursor=next_cursor, count=len(items))
