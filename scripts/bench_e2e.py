@@ -9,8 +9,8 @@ numbers), as Fluent Bit's kafka output ships them (JSON, ``@timestamp``, nested
 librdkafka like Fluent Bit), plus ``--failures`` failing startups (real captured and public
 failure logs, each one critical incident) spread evenly through the stream.
 
-Two measurements per client, each with a fresh service process, consumer group and SQLite
-store (``--store-url`` for PostgreSQL):
+Two measurements per client, each with a fresh service process, consumer group and store
+(a SQLite file, or with ``--pg`` a new PostgreSQL schema):
 
 * **throughput** — the topic is filled first (``--lines`` lines); lines/s from the first line
   the service reads to the last one committed (start-up and group join not counted);
@@ -24,6 +24,7 @@ Usage::
 
     .venv/bin/python scripts/bench_e2e.py [--lines 500000] [--pods 40] [--failures 50]
         [--partitions 4] [--rate 2000] [--clients kafka-python,confluent-kafka]
+        [--pg]                    # PostgreSQL (a fresh schema per run) instead of SQLite
         [--bootstrap HOST:PORT]   # default: start Tansu (scripts/tansu.py), stop it after
 """
 
@@ -185,9 +186,23 @@ def committed_total(bootstrap: str, group: str, topic: str, partitions: int) -> 
 
 
 # ---- runs ----------------------------------------------------------------------------------
+def store_url(workdir: Path, name: str, args: argparse.Namespace) -> str:
+    """A fresh store per run: a SQLite file, or a new schema in ``--pg`` (dropped at exit)."""
+    if not args.pg:
+        return f"sqlite:///{workdir / (name + '.db')}"
+    import atexit
+
+    from tests.test_store import fresh_pg_url
+
+    gen = fresh_pg_url()
+    url = next(gen)
+    atexit.register(lambda: next(gen, None))
+    return url
+
+
 def start_service(workdir: Path, name: str, bootstrap: str, topic: str, client: str,
                   receiver: Receiver, args: argparse.Namespace) -> Sentinel:
-    store = args.store_url or f"sqlite:///{workdir / (name + '.db')}"
+    store = store_url(workdir, name, args)
     notify = {"group_wait_s": args.group_wait} if args.group_wait is not None else {}
     cfg = service_config(
         store_url=store, api_port=free_port(),
@@ -306,7 +321,9 @@ def main() -> int:
     ap.add_argument("--clients", default="kafka-python,confluent-kafka")
     ap.add_argument("--group-wait", type=float, default=None,
                     help="notify.group_wait_s (default: the shipped 1.0 s)")
-    ap.add_argument("--store-url", default=None, help="default: a fresh SQLite file per run")
+    ap.add_argument("--pg", action="store_true",
+                    help="PostgreSQL ($SENTINEL_TEST_PG_URL, a fresh schema per run) instead "
+                         "of a fresh SQLite file per run")
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--skip", default="", help="throughput and/or latency")
     args = ap.parse_args()
@@ -342,7 +359,7 @@ def main() -> int:
                            capture_output=True, timeout=30)
     gw = "1.0 (default)" if args.group_wait is None else f"{args.group_wait}"
     print(f"\nKafka → vllm-sentinel serve → store → webhook; {args.partitions} partitions, "
-          f"one instance, store {args.store_url or 'SQLite'}, group_wait_s {gw}")
+          f"one instance, store {'PostgreSQL' if args.pg else 'SQLite'}, group_wait_s {gw}")
     print(f"{'client':<16} {'lines':>8} {'lines/s':>9} {'lines/cpu-s':>11} {'incidents':>9} "
           f"{'alerts':>6} {'p50 s':>6} {'p99 s':>6} {'max s':>6}")
     for c in clients:
