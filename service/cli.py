@@ -1,4 +1,4 @@
-"""``vllm-sentinel`` command line: classify, train, evaluate, serve."""
+"""``vllm-sentinel`` command line: classify, train, evaluate, serve, feedback-export."""
 
 from __future__ import annotations
 
@@ -42,11 +42,25 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="run the streaming service")
     s.add_argument("--config", help="YAML settings file (env SENTINEL_* overrides)")
+
+    f = sub.add_parser("feedback-export",
+                       help="write the store's feedback as corrections for train --with-feedback")
+    f.add_argument("--config", help="YAML settings file of the service (its store.url is read)")
+    f.add_argument("--out", required=True, help="JSONL file to write ({text, category} a line), "
+                   "- for stdout")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    # train's own options (--data, --with-feedback, --help ...) go to the trainer as they are
+    # (argparse.REMAINDER does not take arguments that start with "-" first)
+    cmd_at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if cmd_at is not None and argv[cmd_at] == "train":
+        args = _parser().parse_args([*argv[:cmd_at], "train"])
+        args.args = argv[cmd_at + 1:]
+    else:
+        args = _parser().parse_args(argv)
     if args.cmd == "serve":  # a service logs at INFO (serve configures it; -v changes nothing)
         from service.app import serve
 
@@ -63,7 +77,42 @@ def main(argv: list[str] | None = None) -> int:
         from service.evaluate import main as evaluate_main
 
         return evaluate_main(args.directory, args.mode, args.json)
+    if args.cmd == "feedback-export":
+        return _feedback_export(args)
     return 2
+
+
+def _feedback_export(args: argparse.Namespace) -> int:
+    from sqlalchemy.engine import make_url
+
+    from service.config import load_settings
+    from service.feedback import corrections, write_jsonl
+    from service.store import Store
+    from service.store.engine import normalise_url
+
+    settings = load_settings(args.config)
+    url = make_url(normalise_url(settings.store.url))
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
+            and not os.path.exists(url.database):  # (opening it would create an empty one)
+        print(f"feedback-export: no database at {url.database}", file=sys.stderr)
+        return 2
+    store = Store(settings.store.url, pool_size=1)
+    try:
+        rows, skipped = corrections(store.list_feedback())
+    except Exception as exc:  # noqa: BLE001 - a missing/unmigrated database, bad URL ...
+        print(f"feedback-export: cannot read feedback from the store: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    if args.out == "-":
+        write_jsonl(rows, sys.stdout)
+    else:
+        with open(args.out, "w", encoding="utf-8") as fh:
+            write_jsonl(rows, fh)
+    left_out = ", ".join(f"{n} {why.replace('_', ' ')}" for why, n in skipped.items() if n)
+    print(f"feedback-export: {len(rows)} corrections written to {args.out}"
+          + (f" (left out: {left_out})" if left_out else ""), file=sys.stderr)
+    return 0
 
 
 def _classify(args: argparse.Namespace) -> int:
