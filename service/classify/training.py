@@ -6,25 +6,27 @@
 Steps (each reported on stderr):
 
 1. Load ``<data>/*.jsonl`` (one example a line: text, category, tier, source, family);
-   files named ``ood*.jsonl`` hold out-of-taxonomy error text (no class of their own) used
-   only to choose the abstain threshold. Corrections (``--with-feedback``, JSONL of
+   files named ``ood*.jsonl`` hold out-of-taxonomy error text (no class of its own) used
+   only to choose the abstain thresholds. Corrections (``--with-feedback``, JSONL of
    ``{text, category}``) are added as examples of their own family; a correction to
    ``unknown`` becomes out-of-taxonomy text.
-2. Mask every text (:func:`service.classify.masking.mask`), drop exact duplicates of a
-   masked text, and put examples whose masked texts coincide into one group with their
-   template families (union-find), so no wording is ever on both sides of a split.
-3. Hold out a test split by group (``StratifiedGroupKFold``: whole families, stratified by
-   class), never by random line.
-4. On the rest, compute out-of-fold probabilities with group folds and choose the abstain
-   threshold there: the best macro-F1 (abstentions count as errors) among thresholds at
-   which no healthy line is tagged as a failure and out-of-taxonomy text is refused.
-5. Fit on the training part, score on the held-out test split (per-class precision,
-   recall, F1, confusion matrix, abstain rate, healthy lines tagged as failures).
-6. Refit the same recipe on all the data, save ``text_model.skops`` + ``text_model.json``
-   (manifest with SHA-256, classes, threshold, versions, counts, scores) and a generated
-   ``MODEL_CARD.md``.
+2. Split every event into its key line and its whole text, mask both
+   (:func:`service.classify.text_model.event_fields`), drop exact duplicates of a masked
+   text, cap examples per family, and put families whose masked texts coincide into one
+   group (union-find), so no wording is ever on both sides of a split.
+3. Grouped, class-stratified k-fold cross-validation (``StratifiedGroupKFold``: whole
+   template families, never random lines): every example is predicted by a model that
+   never saw its family.
+4. Abstain thresholds from those out-of-fold probabilities: per class, high enough that
+   (almost) no validation healthy line and most out-of-taxonomy text is refused; then a
+   global floor for the best macro-F1. The reported held-out scores use thresholds
+   chosen on the *other* folds only (cross-fitting).
+5. Refit the recipe on all the data, export it to plain arrays (``text_model.npz``), check
+   that the export reproduces the scikit-learn pipeline exactly, and write the manifest
+   (``text_model.json``: SHA-256, classes, thresholds, versions, counts, scores) and a
+   generated ``MODEL_CARD.md``.
 
-Same data + same seed -> same split, same threshold, same scores.
+Same data + same seed -> same splits, thresholds, scores and artifact bytes.
 """
 
 from __future__ import annotations
@@ -74,11 +76,10 @@ MODEL_CONFIG: dict[str, Any] = {
     "context_weight": 1.0,
     "min_df": 1,
     "classifier": "linearsvc",
-    "C": 0.5,
+    "C": 0.25,
     "calibration": "sigmoid",
     "calibration_folds": 3,
     "test_folds": 5,
-    "threshold_folds": 4,
     "max_per_family": 60,
 }
 
