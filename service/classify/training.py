@@ -698,19 +698,28 @@ def model_card(m: dict[str, Any]) -> str:
         "## What it is",
         "",
         "Classifies one error-looking vLLM container log event (already stripped of the vLLM",
-        "header and process prefix) into a taxonomy category, for events no regex signature",
-        "explains. Features: TF-IDF word n-grams "
+        "header and process prefix; an exception line, optionally with a few context lines)",
+        "into a taxonomy category, for events no regex signature explains.",
+        "",
+        "- Input: the event is split into its *key line* (the exception / error line; frames,",
+        "  source lines, cascade headers and torch's CUDA footer skipped) and the whole event;",
+        "  both are masked (`service/classify/masking.py`: numbers, sizes, paths, hosts ...).",
+        "- Features: TF-IDF word n-grams "
         f"{tuple(m['config']['word_ngrams'])} and character n-grams "
-        f"{tuple(m['config']['char_ngrams'])} (`{m['config']['char_analyzer']}`) on masked",
-        "text (`service/classify/masking.py`); classifier: "
-        f"`{m['config']['classifier']}` (C={m['config']['C']}), "
+        f"{tuple(m['config']['char_ngrams'])} (`{m['config']['char_analyzer']}`) of the key line,",
+        f"  word n-grams {tuple(m['config']['context_ngrams'])} of the whole event (weight "
+        f"{m['config']['context_weight']}); the L2 norm also counts unknown terms, so",
+        "  unfamiliar text gets small features and low confidence.",
+        f"- Classifier: `{m['config']['classifier']}` (C={m['config']['C']}, balanced class "
+        "weights)"
         + (
-            f"{m['config']['calibration']} calibration on group folds."
+            f", {m['config']['calibration']} calibration on group folds."
             if m["config"]["classifier"] == "linearsvc"
-            else "probabilities from the model itself."
+            else ", multinomial probabilities."
         ),
-        f"Below the abstain threshold **{m['threshold']:.2f}** (top calibrated probability) it",
-        "answers `unknown` / tier `other` with the masked template.",
+        f"- Abstain: below a floor of **{m['threshold']:.2f}** on the top calibrated probability,",
+        "  raised per class where validation showed benign or out-of-taxonomy lines",
+        "  resembling the class, it answers `unknown` / tier `other` with the masked template.",
         "",
         "## Data",
         "",
