@@ -351,6 +351,7 @@ def test_racing_instances_page_the_fleet_once(db_url: str, rx: Receiver, clock: 
     slack = next(r for r in rx.accepted() if r.path == "/slack").json()
     assert "driver_incompatible" in slack["text"]
     assert "12 workloads share driver_branch=r575" in json.dumps(slack["blocks"])
+    assert " on 12 workloads sharing driver_branch=r575 in llm: " in slack["text"]
     statuses = Counter((r["incident_id"] == fleet["id"], r["status"]) for r in rows(stores[0]))
     assert statuses == {(False, "inhibited"): 24, (True, "sent"): 2}
     assert {fid for _, fid in joined} == {fleet["id"]}
@@ -366,7 +367,8 @@ def test_racing_instances_page_the_fleet_once(db_url: str, rx: Receiver, clock: 
 # ---- 5. the fleet resolves with its last member; later pods join silently -------------------
 def test_fleet_resolves_when_every_member_has_and_late_pods_join_silently(
         store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
-    d = fleet_dispatcher(store, [hook(rx)], clock)
+    pd = hook(rx, "pagerduty", type="pagerduty", routing_key="R0UTING")
+    d = fleet_dispatcher(store, [hook(rx), pd], clock)
     stopper.append(d)
     p = pipeline(store, router=d.router, clock=clock)
     for i in range(5):
@@ -404,6 +406,13 @@ def test_fleet_resolves_when_every_member_has_and_late_pods_join_silently(
     fleet = store.get_incident(fid)
     assert fleet["status"] == "resolved" and fleet["extra"]["resolved_by"] == "members"
     assert settled(store)
+    trigger, resolve = (r.json() for r in rx.accepted() if r.path == "/pagerduty")
+    assert (trigger["event_action"], resolve["event_action"]) == ("trigger", "resolve")
+    assert trigger["dedup_key"] == resolve["dedup_key"] == fid
+    assert trigger["payload"]["summary"].startswith(
+        "[compatibility/driver_incompatible] cuda_init on 5 workloads sharing "
+        "driver_branch=r575 in llm: ")
+    assert trigger["payload"]["custom_details"]["fleet"]["count"] == 5
     # the members' own resolutions were never sent: nobody was told they were open
     member_rows = [r for r in rows(store) if r["incident_id"] != fid]
     assert {r["status"] for r in member_rows} == {"inhibited", "dropped"}

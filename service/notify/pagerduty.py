@@ -26,6 +26,11 @@ def event(alert: Alert, routing_key: str) -> dict[str, Any]:
     s = alert.view()
     meta, facts = s["meta"], s["facts"]
     where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
+    fleet = (s.get("extra") or {}).get("fleet") if meta.get("fleet") else None
+    if fleet:  # a fleet incident: how many, what they share
+        where = (f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
+                 f"{fleet.get('value')}" + (f" in {meta['namespace']}"
+                                            if meta.get("namespace") else ""))
     opened = s.get("opened_at")
     payload: dict[str, Any] = {
         "summary": cut(f"[{s['tier']}/{s['category']}] {s['stage']} on {where}: {s['line']}",
@@ -44,6 +49,8 @@ def event(alert: Alert, routing_key: str) -> dict[str, Any]:
             "evidence": s["evidence"][-EVIDENCE_LINES:], "stream": s["stream"],
         },
     }
+    if fleet:
+        payload["custom_details"]["fleet"] = fleet
     if isinstance(opened, int | float):
         payload["timestamp"] = datetime.fromtimestamp(opened, UTC).isoformat()
     return {

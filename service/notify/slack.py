@@ -37,11 +37,16 @@ def message(alert: Alert) -> dict[str, Any]:
     icon = ICON["resolved"] if s["status"] == "resolved" else ICON.get(alert.event, "🔴")
     title = f"{icon} {label} · {s['tier']} / {s['category']} @ {s['stage']}"
     where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
+    fleet = (s.get("extra") or {}).get("fleet") if meta.get("fleet") else None
+    if fleet:  # a fleet incident: how many, what they share
+        where = (f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
+                 f"{fleet.get('value')}" + (f" in {meta['namespace']}"
+                                            if meta.get("namespace") else ""))
 
     blocks: list[dict[str, Any]] = [
         {"type": "header", "text": {"type": "plain_text", "text": cut(title, HEADER_MAX),
                                     "emoji": True}},
-        _fields([("Pod", where), ("Node", meta.get("node")),
+        _fields([("Fleet" if fleet else "Pod", where), ("Node", meta.get("node")),
                  ("Container", meta.get("container")), ("Severity", s["severity"]),
                  ("Restarts", str(s["restarts"]) if s["restarts"] else None),
                  ("Confidence", f"{s['confidence']:.2f} ({s['method']})")]),
