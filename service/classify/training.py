@@ -89,6 +89,8 @@ HEALTHY = "healthy"
 MAX_HEALTHY_FALSE_ALARM_RATE = 0.002
 # share of out-of-taxonomy validation texts landing on a class that its threshold refuses
 OOD_REFUSE = 0.5
+# weight of out-of-taxonomy refusal against macro-F1 when choosing the global floor
+OOD_BONUS = 0.05
 # "healthy" silences an error-looking event: unfamiliar error text must not land there
 OOD_REFUSE_HEALTHY = 1.0
 UNKNOWN = "unknown"
@@ -426,9 +428,10 @@ def choose_thresholds(
     Per failure class ``c``: the lowest threshold at which no validation healthy line
     whose top class is ``c`` reaches it (at most ``MAX_HEALTHY_FALSE_ALARM_RATE`` of the
     healthy lines over all classes), so a class that benign lines resemble needs more
-    confidence. Then a global floor (applies to every class, ``healthy`` included): the
-    best validation macro-F1 (abstentions count as errors) plus a small bonus (0.1 x
-    share) for refusing out-of-taxonomy error text; the lowest on ties."""
+    confidence, and (``OOD_REFUSE``, ``OOD_REFUSE_HEALTHY``) so that most out-of-taxonomy
+    text landing on the class is refused. Then a global floor (applies to every class,
+    ``healthy`` included): the best validation macro-F1 (abstentions count as errors) plus
+    ``OOD_BONUS`` x the share of out-of-taxonomy text refused; the lowest on ties."""
     y = list(y_true)
     best = proba.argmax(axis=1)
     top = proba[np.arange(len(best)), best]
@@ -464,7 +467,7 @@ def choose_thresholds(
                 for i, b in enumerate(ob)]))
         abstain = sum(p == UNKNOWN for p in pred) / max(1, len(pred))
         table.append((float(t), f1, fa, ood_refused, abstain))
-    chosen = max(table, key=lambda r: (round(r[1] + 0.1 * r[3], 4), -r[0]))
+    chosen = max(table, key=lambda r: (round(r[1] + OOD_BONUS * r[3], 4), -r[0]))
     info = {
         "threshold": chosen[0],
         "class_thresholds": {c: round(v, 3) for c, v in sorted(class_thr.items())},
