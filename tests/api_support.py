@@ -24,15 +24,27 @@ WRITE = {"Authorization": f"Bearer {WRITE_TOKEN}"}
 READ = {"Authorization": f"Bearer {READ_TOKEN}"}
 
 
-def make_context(db: Path, rulebook: RuleBook, *, token: str | None = WRITE_TOKEN,
-                 read_token: str | None = None, http: bool = True) -> ServiceContext:
+def make_context(
+    db: Path,
+    rulebook: RuleBook,
+    *,
+    token: str | None = WRITE_TOKEN,
+    read_token: str | None = None,
+    http: bool = True,
+) -> ServiceContext:
     settings = Settings(api=ApiSettings(token=token, read_token=read_token))
     settings.sources.http = http
     store = Store(f"sqlite:///{db}")
     store.migrate()
     pipeline = Pipeline(store, Classifier(rulebook))
-    return ServiceContext(settings=settings, store=store, pipeline=pipeline, rulebook=rulebook,
-                          text_model=None, ready=True)
+    return ServiceContext(
+        settings=settings,
+        store=store,
+        pipeline=pipeline,
+        rulebook=rulebook,
+        text_model=None,
+        ready=True,
+    )
 
 
 def close_context(ctx: ServiceContext) -> None:
@@ -40,12 +52,24 @@ def close_context(ctx: ServiceContext) -> None:
     ctx.store.close()
 
 
-def kube(namespace: str, pod: str, container: str = "vllm", node: str = "gpu-node-1",
-         labels: dict[str, str] | None = None) -> dict[str, Any]:
+def kube(
+    namespace: str,
+    pod: str,
+    container: str = "vllm",
+    node: str = "gpu-node-1",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The ``kubernetes`` map of Fluent Bit's kubernetes filter."""
-    return {"pod_name": pod, "namespace_name": namespace, "container_name": container,
-            "pod_id": f"uid-{pod}", "host": node, "docker_id": "c" * 64,
-            "container_image": "vllm/vllm-openai:v0.32.0", "labels": labels or {"app": pod}}
+    return {
+        "pod_name": pod,
+        "namespace_name": namespace,
+        "container_name": container,
+        "pod_id": f"uid-{pod}",
+        "host": node,
+        "docker_id": "c" * 64,
+        "container_image": "vllm/vllm-openai:v0.32.0",
+        "labels": labels or {"app": pod},
+    }
 
 
 def fluentbit_records(cri_log: Path, k8s: dict[str, Any]) -> list[dict[str, Any]]:
@@ -59,8 +83,16 @@ def fluentbit_records(cri_log: Path, k8s: dict[str, Any]) -> list[dict[str, Any]
             if parsed is None:
                 continue
             t, fd, partial, content = parsed
-            out.append({"date": t, "time": line.split(" ", 1)[0], "stream": fd,
-                        "_p": "P" if partial else "F", "log": content, "kubernetes": k8s})
+            out.append(
+                {
+                    "date": t,
+                    "time": line.split(" ", 1)[0],
+                    "stream": fd,
+                    "_p": "P" if partial else "F",
+                    "log": content,
+                    "kubernetes": k8s,
+                }
+            )
     return out
 
 

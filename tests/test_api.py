@@ -36,8 +36,11 @@ WORKLOADS = [
 
 def ingest_capture(client: TestClient, name: str, ns: str, pod: str, node: str) -> None:
     records = fluentbit_records(REAL / f"{name}.cri.log", kube(ns, pod, node=node))
-    r = client.post("/ingest", content=json_array(records),
-                    headers={**WRITE, "Content-Type": "application/json"})
+    r = client.post(
+        "/ingest",
+        content=json_array(records),
+        headers={**WRITE, "Content-Type": "application/json"},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -77,8 +80,9 @@ WRITES = [
 
 
 @pytest.mark.parametrize(("method", "path", "body"), WRITES)
-def test_writes_without_a_token_are_refused_with_401(client: TestClient, method: str,
-                                                     path: str, body: object) -> None:
+def test_writes_without_a_token_are_refused_with_401(
+    client: TestClient, method: str, path: str, body: object
+) -> None:
     kwargs = {"json": body} if body is not None else {}
     r = client.request(method, path, **kwargs)
     assert r.status_code == 401
@@ -87,8 +91,9 @@ def test_writes_without_a_token_are_refused_with_401(client: TestClient, method:
 
 
 @pytest.mark.parametrize(("method", "path", "body"), WRITES)
-def test_writes_with_a_wrong_token_are_refused_with_401(client: TestClient, method: str,
-                                                        path: str, body: object) -> None:
+def test_writes_with_a_wrong_token_are_refused_with_401(
+    client: TestClient, method: str, path: str, body: object
+) -> None:
     kwargs = {"json": body} if body is not None else {}
     for header in ("Bearer nope", "Basic d3JpdGU6dG9rZW4=", "Bearer " + READ_TOKEN):
         r = client.request(method, path, headers={"Authorization": header}, **kwargs)
@@ -96,8 +101,9 @@ def test_writes_with_a_wrong_token_are_refused_with_401(client: TestClient, meth
 
 
 @pytest.mark.parametrize(("method", "path", "body"), WRITES)
-def test_writes_with_the_token_get_past_auth(client: TestClient, method: str, path: str,
-                                             body: object) -> None:
+def test_writes_with_the_token_get_past_auth(
+    client: TestClient, method: str, path: str, body: object
+) -> None:
     kwargs = {"json": body} if body is not None else {}
     r = client.request(method, path, headers=WRITE, **kwargs)
     assert r.status_code not in (401, 403), r.text
@@ -112,8 +118,14 @@ def test_read_token_guards_reads_and_the_write_token_also_reads(tmp_path: Path) 
     ctx = make_context(tmp_path / "s.db", RuleBook(), read_token=READ_TOKEN)
     try:
         with TestClient(create_app(ctx)) as c:
-            for path in ("/incidents", "/incidents/x", "/stats", "/silences", "/feedback",
-                         "/streams/a/b/c"):
+            for path in (
+                "/incidents",
+                "/incidents/x",
+                "/stats",
+                "/silences",
+                "/feedback",
+                "/streams/a/b/c",
+            ):
                 assert c.get(path).status_code == 401, path
                 assert c.get(path, headers={"Authorization": "Bearer bad"}).status_code == 401
                 assert c.get(path, headers=READ).status_code in (200, 404), path
@@ -133,8 +145,10 @@ def test_without_any_token_everything_is_open_on_loopback(tmp_path: Path) -> Non
     ctx = make_context(tmp_path / "s.db", RuleBook(), token=None)
     try:
         with TestClient(create_app(ctx)) as c:
-            r = c.post("/silences", json={"matchers": {"pod": ["p"]}, "duration": "1h",
-                                          "comment": "maintenance"})
+            r = c.post(
+                "/silences",
+                json={"matchers": {"pod": ["p"]}, "duration": "1h", "comment": "maintenance"},
+            )
             assert r.status_code == 201
     finally:
         close_context(ctx)
@@ -146,21 +160,34 @@ def test_ingested_captures_become_incidents_with_kubernetes_fields(client: TestC
     by_pod = {i["pod"]: i for i in items}
     assert set(by_pod) == {pod for _, _, pod, _ in WORKLOADS}
     kv = by_pod["qwen-0"]
-    assert (kv["tier"], kv["category"], kv["stage"]) == ("capacity", "oom_kv_cache",
-                                                          "kv_cache_init")
+    assert (kv["tier"], kv["category"], kv["stage"]) == (
+        "capacity",
+        "oom_kv_cache",
+        "kv_cache_init",
+    )
     assert kv["namespace"] == "llm-prod" and kv["node"] == "gpu-node-1"
     assert kv["stream"] == "llm-prod/qwen-0/vllm"
     assert kv["status"] == "open" and "KV cache" in kv["line"]
     assert by_pod["llama-0"]["category"] == "model_unavailable"
 
 
-@pytest.mark.parametrize(("param", "value"), [
-    ("tier", "capacity"), ("category", "oom_kv_cache"), ("stage", "kv_cache_init"),
-    ("status", "open"), ("severity", "critical"), ("namespace", "llm-dev"),
-    ("pod", "qwen-1"), ("node", "gpu-node-1"), ("stream", "llm-dev/llama-0/vllm"),
-])
-def test_each_filter_keeps_only_matching_incidents(client: TestClient, param: str,
-                                                   value: str) -> None:
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("tier", "capacity"),
+        ("category", "oom_kv_cache"),
+        ("stage", "kv_cache_init"),
+        ("status", "open"),
+        ("severity", "critical"),
+        ("namespace", "llm-dev"),
+        ("pod", "qwen-1"),
+        ("node", "gpu-node-1"),
+        ("stream", "llm-dev/llama-0/vllm"),
+    ],
+)
+def test_each_filter_keeps_only_matching_incidents(
+    client: TestClient, param: str, value: str
+) -> None:
     everything = all_incidents(client)
     got = all_incidents(client, **{param: value})
     assert got, f"nothing for {param}={value}"
@@ -179,8 +206,9 @@ def test_since_accepts_epoch_seconds_and_iso_8601(client: TestClient) -> None:
     want = {i["id"] for i in everything if i["opened_at"] >= cut}
     assert {i["id"] for i in all_incidents(client, since=cut)} == want
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(cut))) + "Z"
-    assert {i["id"] for i in all_incidents(client, since=iso)} == \
-        {i["id"] for i in everything if i["opened_at"] >= int(cut)}
+    assert {i["id"] for i in all_incidents(client, since=iso)} == {
+        i["id"] for i in everything if i["opened_at"] >= int(cut)
+    }
     assert all_incidents(client, since="2999-01-01T00:00:00+00:00") == []
 
 
@@ -202,10 +230,19 @@ def test_pagination_walks_every_incident_once_newest_first(client: TestClient) -
     assert opened == sorted(opened, reverse=True)
 
 
-@pytest.mark.parametrize("params", [
-    {"limit": 0}, {"limit": 501}, {"tier": "gpu"}, {"category": "oom_kvcache"},
-    {"stage": "boot"}, {"status": "closed"}, {"severity": "page"}, {"since": "yesterday"},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"limit": 0},
+        {"limit": 501},
+        {"tier": "gpu"},
+        {"category": "oom_kvcache"},
+        {"stage": "boot"},
+        {"status": "closed"},
+        {"severity": "page"},
+        {"since": "yesterday"},
+    ],
+)
 def test_bad_query_parameters_are_422(client: TestClient, params: dict) -> None:
     r = client.get("/incidents", params=params)
     assert r.status_code == 422
@@ -225,9 +262,11 @@ def test_get_one_incident_and_404_for_unknown_ids(client: TestClient) -> None:
     body = r.json()
     assert body["id"] == first["id"] and body["category"] == first["category"]
     assert body["deliveries"] == [] and body["feedback"] == []
-    for method, path, kw in [("get", "/incidents/nope", {}),
-                             ("post", "/incidents/nope/resolve", {"json": {"reason": "r"}}),
-                             ("post", "/incidents/nope/feedback", {"json": {"correct": True}})]:
+    for method, path, kw in [
+        ("get", "/incidents/nope", {}),
+        ("post", "/incidents/nope/resolve", {"json": {"reason": "r"}}),
+        ("post", "/incidents/nope/feedback", {"json": {"correct": True}}),
+    ]:
         r = client.request(method, path, headers=WRITE, **kw)
         assert r.status_code == 404, path
         assert r.json() == {"detail": "incident nope not found"}
@@ -236,17 +275,21 @@ def test_get_one_incident_and_404_for_unknown_ids(client: TestClient) -> None:
 def test_resolve_by_hand(fresh: TestClient) -> None:
     ingest_capture(fresh, "kv-cache-too-small", "ns", "p", "n")
     inc = all_incidents(fresh, severity="critical")[0]
-    r = fresh.post(f"/incidents/{inc['id']}/resolve", json={"reason": "raised KV space"},
-                   headers=WRITE)
+    r = fresh.post(
+        f"/incidents/{inc['id']}/resolve", json={"reason": "raised KV space"}, headers=WRITE
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["status"] == "resolved" and body["resolution"] == "raised KV space"
     assert body["resolved_at"] is not None
     assert [i["id"] for i in all_incidents(fresh, status="resolved")] == [inc["id"]]
-    assert fresh.post(f"/incidents/{inc['id']}/resolve", json={}, headers=WRITE
-                      ).status_code == 422
-    assert fresh.post(f"/incidents/{inc['id']}/resolve", json={"reason": ""}, headers=WRITE
-                      ).status_code == 422
+    assert fresh.post(f"/incidents/{inc['id']}/resolve", json={}, headers=WRITE).status_code == 422
+    assert (
+        fresh.post(
+            f"/incidents/{inc['id']}/resolve", json={"reason": ""}, headers=WRITE
+        ).status_code
+        == 422
+    )
 
 
 def test_feedback_is_validated_against_the_taxonomy_and_listed(fresh: TestClient) -> None:
@@ -257,12 +300,14 @@ def test_feedback_is_validated_against_the_taxonomy_and_listed(fresh: TestClient
     assert bad.status_code == 422
     assert fresh.post(url, json={"category": "oom_runtime"}, headers=WRITE).status_code == 422
     assert fresh.post(url, json={"correct": True, "extra": 1}, headers=WRITE).status_code == 422
-    r = fresh.post(url, json={"correct": False, "category": "oom_runtime",
-                              "comment": "kernel OOM killer"}, headers=WRITE)
+    r = fresh.post(
+        url,
+        json={"correct": False, "category": "oom_runtime", "comment": "kernel OOM killer"},
+        headers=WRITE,
+    )
     assert r.status_code == 201, r.text
     fb = r.json()
-    assert (fb["incident_id"], fb["correct"], fb["category"]) == (inc["id"], False,
-                                                                   "oom_runtime")
+    assert (fb["incident_id"], fb["correct"], fb["category"]) == (inc["id"], False, "oom_runtime")
     listed = fresh.get("/feedback").json()
     assert [f["id"] for f in listed] == [fb["id"]]
     assert listed[0]["incident_category"] == inc["category"]
@@ -294,19 +339,35 @@ def test_stats_count_what_is_stored(client: TestClient) -> None:
 
 # ---- silences ----------------------------------------------------------------------------
 def test_silence_lifecycle(fresh: TestClient) -> None:
-    r = fresh.post("/silences", headers=WRITE, json={
-        "matchers": {"namespace": ["llm-prod"], "category": "oom_*", "label:team": ["infer"]},
-        "duration": "2h", "comment": "node maintenance", "created_by": "alice"})
+    r = fresh.post(
+        "/silences",
+        headers=WRITE,
+        json={
+            "matchers": {"namespace": ["llm-prod"], "category": "oom_*", "label:team": ["infer"]},
+            "duration": "2h",
+            "comment": "node maintenance",
+            "created_by": "alice",
+        },
+    )
     assert r.status_code == 201, r.text
     s = r.json()
-    assert s["matchers"] == {"namespace": ["llm-prod"], "category": ["oom_*"],
-                             "label:team": ["infer"]}
+    assert s["matchers"] == {
+        "namespace": ["llm-prod"],
+        "category": ["oom_*"],
+        "label:team": ["infer"],
+    }
     assert s["active"] is True and s["created_by"] == "alice"
     assert abs(s["ends_at"] - (time.time() + 7200)) < 60
-    later = fresh.post("/silences", headers=WRITE, json={
-        "matchers": {"pod": ["p-*"]}, "starts_at": time.time() + 3600,
-        "ends_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 7200)),
-        "comment": "tomorrow"}).json()
+    later = fresh.post(
+        "/silences",
+        headers=WRITE,
+        json={
+            "matchers": {"pod": ["p-*"]},
+            "starts_at": time.time() + 3600,
+            "ends_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 7200)),
+            "comment": "tomorrow",
+        },
+    ).json()
     assert later["active"] is False
     assert {x["id"] for x in fresh.get("/silences").json()} == {s["id"], later["id"]}
     assert [x["id"] for x in fresh.get("/silences", params={"active": True}).json()] == [s["id"]]
@@ -315,31 +376,40 @@ def test_silence_lifecycle(fresh: TestClient) -> None:
     assert [x["id"] for x in fresh.get("/silences").json()] == [later["id"]]
 
 
-@pytest.mark.parametrize(("body", "needle"), [
-    ({"matchers": {}, "duration": "1h", "comment": "c"}, "at least one matcher"),
-    ({"matchers": {"colour": ["red"]}, "duration": "1h", "comment": "c"}, "colour"),
-    ({"matchers": {"label:": ["x"]}, "duration": "1h", "comment": "c"}, "label"),
-    ({"matchers": {"pod": []}, "duration": "1h", "comment": "c"}, "pod"),
-    ({"matchers": {"pod": [""]}, "duration": "1h", "comment": "c"}, "non-empty"),
-    ({"matchers": {"tier": ["gpu"]}, "duration": "1h", "comment": "c"}, "gpu"),
-    ({"matchers": {"category": ["oom_kvcache"]}, "duration": "1h", "comment": "c"}, "oom_kvcache"),
-    ({"matchers": {"severity": ["page"]}, "duration": "1h", "comment": "c"}, "page"),
-    ({"matchers": {"pod": ["p"]}, "comment": "c"}, "exactly one of ends_at or duration"),
-    ({"matchers": {"pod": ["p"]}, "duration": "1h", "ends_at": 4e9, "comment": "c"},
-     "exactly one"),
-    ({"matchers": {"pod": ["p"]}, "ends_at": 1000, "comment": "c"}, "future"),
-    ({"matchers": {"pod": ["p"]}, "ends_at": "2020-01-01T00:00:00Z", "comment": "c"}, "future"),
-    ({"matchers": {"pod": ["p"]}, "ends_at": "next week", "comment": "c"}, "ISO 8601"),
-    ({"matchers": {"pod": ["p"]}, "duration": "forever", "comment": "c"}, "duration"),
-    ({"matchers": {"pod": ["p"]}, "duration": "-1h", "comment": "c"}, "duration"),
-    ({"matchers": {"pod": ["p"]}, "duration": "0s", "comment": "c"}, "positive"),
-    ({"matchers": {"pod": ["p"]}, "ends_at": 4e9, "starts_at": 5e9, "comment": "c"},
-     "before ends_at"),
-    ({"matchers": {"pod": ["p"]}, "duration": "1h"}, "comment"),
-    ({"matchers": {"pod": ["p"]}, "duration": "1h", "comment": "c", "creator": "x"}, "creator"),
-])
-def test_bad_silences_are_422_with_a_reason(client: TestClient, body: dict,
-                                            needle: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"matchers": {}, "duration": "1h", "comment": "c"}, "at least one matcher"),
+        ({"matchers": {"colour": ["red"]}, "duration": "1h", "comment": "c"}, "colour"),
+        ({"matchers": {"label:": ["x"]}, "duration": "1h", "comment": "c"}, "label"),
+        ({"matchers": {"pod": []}, "duration": "1h", "comment": "c"}, "pod"),
+        ({"matchers": {"pod": [""]}, "duration": "1h", "comment": "c"}, "non-empty"),
+        ({"matchers": {"tier": ["gpu"]}, "duration": "1h", "comment": "c"}, "gpu"),
+        (
+            {"matchers": {"category": ["oom_kvcache"]}, "duration": "1h", "comment": "c"},
+            "oom_kvcache",
+        ),
+        ({"matchers": {"severity": ["page"]}, "duration": "1h", "comment": "c"}, "page"),
+        ({"matchers": {"pod": ["p"]}, "comment": "c"}, "exactly one of ends_at or duration"),
+        (
+            {"matchers": {"pod": ["p"]}, "duration": "1h", "ends_at": 4e9, "comment": "c"},
+            "exactly one",
+        ),
+        ({"matchers": {"pod": ["p"]}, "ends_at": 1000, "comment": "c"}, "future"),
+        ({"matchers": {"pod": ["p"]}, "ends_at": "2020-01-01T00:00:00Z", "comment": "c"}, "future"),
+        ({"matchers": {"pod": ["p"]}, "ends_at": "next week", "comment": "c"}, "ISO 8601"),
+        ({"matchers": {"pod": ["p"]}, "duration": "forever", "comment": "c"}, "duration"),
+        ({"matchers": {"pod": ["p"]}, "duration": "-1h", "comment": "c"}, "duration"),
+        ({"matchers": {"pod": ["p"]}, "duration": "0s", "comment": "c"}, "positive"),
+        (
+            {"matchers": {"pod": ["p"]}, "ends_at": 4e9, "starts_at": 5e9, "comment": "c"},
+            "before ends_at",
+        ),
+        ({"matchers": {"pod": ["p"]}, "duration": "1h"}, "comment"),
+        ({"matchers": {"pod": ["p"]}, "duration": "1h", "comment": "c", "creator": "x"}, "creator"),
+    ],
+)
+def test_bad_silences_are_422_with_a_reason(client: TestClient, body: dict, needle: str) -> None:
     r = client.post("/silences", json=body, headers=WRITE)
     assert r.status_code == 422, r.text
     assert needle in r.text
@@ -350,8 +420,10 @@ def test_healthz_and_readyz(client: TestClient) -> None:
     h = client.get("/healthz").json()
     assert h["status"] == "ok" and h["uptime_s"] >= 0 and h["instance_id"]
     r = client.get("/readyz")
-    assert r.status_code == 200 and r.json() == {"ready": True, "checks": {"started": True,
-                                                                           "store": True}}
+    assert r.status_code == 200 and r.json() == {
+        "ready": True,
+        "checks": {"started": True, "store": True},
+    }
 
 
 def test_readyz_is_503_until_started_and_when_the_store_is_gone(tmp_path: Path) -> None:
@@ -382,15 +454,18 @@ class _BrokenStore:
     stats = count_open
 
 
-def test_metrics_expose_sentinel_counters_and_the_open_incident_gauge(
-        client: TestClient) -> None:
+def test_metrics_expose_sentinel_counters_and_the_open_incident_gauge(client: TestClient) -> None:
     client.get("/incidents")
     r = client.get("/metrics")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/plain")
     text = r.text
-    for name in ("sentinel_lines_total", "sentinel_rejects_total", "sentinel_incidents_open",
-                 "sentinel_api_requests_total"):
+    for name in (
+        "sentinel_lines_total",
+        "sentinel_rejects_total",
+        "sentinel_incidents_open",
+        "sentinel_api_requests_total",
+    ):
         assert f"# TYPE {name.removesuffix('_total')}" in text, name
     open_now = client.get("/stats").json()["incidents_open"]
     assert f"sentinel_incidents_open {float(open_now)}" in text
@@ -402,10 +477,22 @@ def test_openapi_lists_every_resource(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     assert spec["info"]["title"] == "vllm-sentinel"
     paths = set(spec["paths"])
-    assert {"/incidents", "/incidents/{incident_id}", "/incidents/{incident_id}/resolve",
-            "/incidents/{incident_id}/feedback", "/streams/{key}", "/stats", "/silences",
-            "/silences/{silence_id}", "/classify", "/ingest", "/healthz", "/readyz",
-            "/metrics", "/feedback"} <= paths
+    assert {
+        "/incidents",
+        "/incidents/{incident_id}",
+        "/incidents/{incident_id}/resolve",
+        "/incidents/{incident_id}/feedback",
+        "/streams/{key}",
+        "/stats",
+        "/silences",
+        "/silences/{silence_id}",
+        "/classify",
+        "/ingest",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/feedback",
+    } <= paths
     assert client.get("/docs").status_code == 200
 
 
