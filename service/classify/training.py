@@ -78,7 +78,7 @@ MODEL_CONFIG: dict[str, Any] = {
     "classifier": "linearsvc",
     "C": 0.25,
     "calibration": "sigmoid",
-    "calibration_folds": 3,
+    "calibration_folds": 5,
     "test_folds": 5,
     "max_per_family": 60,
 }
