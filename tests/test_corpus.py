@@ -19,8 +19,6 @@ KNOWN_MISSES = {
                                         "check (service mode) can tell",
     "real-cpu-stall-multinode-no-peer-sigterm": "same hang; the SIGTERM is ignored and prints "
                                                 "nothing",
-    "gh-nccl-1657-vllm-roce-ibv-modify-qp-enodev": "ibv_modify_qp on RoCE is read as an RDMA "
-                                                   "(mlx5) failure; the label says internode",
 }
 
 
