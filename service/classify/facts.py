@@ -10,8 +10,7 @@ from typing import Any
 
 import yaml
 
-from service.classify.rules import RULES_DIR, FactRules, load_fact_rules
-from service.classify.signatures import PatternIndex
+from service.classify.rules import RULES_DIR
 
 
 def cuda_from_api_version(value: str) -> str:
@@ -20,53 +19,11 @@ def cuda_from_api_version(value: str) -> str:
     return f"{n // 1000}.{(n % 1000) // 10}"
 
 
-def _norm_cuda(value: str) -> str:
+def norm_cuda(value: str) -> str:
     if value.isdigit() and len(value) == 3:  # "130" from "+cu130"
         return f"{value[:-1]}.{value[-1]}"
     parts = value.split(".")
     return ".".join(parts[:2])
-
-
-class FactExtractor:
-    """Pulls facts out of messages; one literal-prefiltered pass per line."""
-
-    def __init__(self, rules: FactRules | None = None, rules_dir: Path = RULES_DIR) -> None:
-        rules = rules or load_fact_rules(rules_dir)
-        self._names: list[str] = []
-        patterns: list[tuple[str, list[str] | None, bool]] = []
-        for name, pats in rules.facts.items():
-            for p in pats:
-                self._names.append(name)
-                patterns.append((p.pattern, None, False))
-        self._index = PatternIndex(patterns, "fact")
-        self.cuda = CudaTable(rules_dir)
-
-    def extract(self, message: str) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
-        for idx, m in self._index.search(message):
-            name = self._names[idx]
-            value = m.group(1) if m.groups() else m.group(0)
-            if value is None:
-                continue
-            value = value.strip()
-            if name == "driver_cuda" and value.isdigit():
-                value = cuda_from_api_version(value)
-            elif name == "image_cuda":
-                value = _norm_cuda(value)
-            out.append((name, value))
-        return out
-
-    def from_meta(self, meta: dict[str, Any]) -> dict[str, str]:
-        """Facts known from the envelope (Kubernetes metadata)."""
-        facts: dict[str, str] = {}
-        for key in ("image", "node", "namespace", "pod", "container"):
-            if meta.get(key):
-                facts[key] = str(meta[key])
-        if "image" in facts:
-            cuda = self.cuda.image_cuda(facts["image"])
-            if cuda:
-                facts["image_cuda"] = cuda
-        return facts
 
 
 class CudaTable:
@@ -100,7 +57,7 @@ class CudaTable:
         return table[max(below)] if below else None
 
     def min_driver(self, cuda: str) -> tuple[str, int] | None:
-        key = _norm_cuda(cuda)
+        key = norm_cuda(cuda)
         entry = self.data["min_driver"].get(key)
         if entry:
             return entry["ga"], int(entry["branch"])
@@ -134,7 +91,7 @@ def explain_compatibility(facts: dict[str, str], cuda: CudaTable) -> str | None:
     if host_cuda:
         if branch is None:
             rev = {v: k for k, v in cuda.data["driver_branch_cuda"].items()}
-            branch = rev.get(_norm_cuda(host_cuda))
+            branch = rev.get(norm_cuda(host_cuda))
         host = f"host driver supports CUDA {host_cuda}"
         if driver:
             host += f" (driver {driver}, r{branch})" if branch else f" (driver {driver})"

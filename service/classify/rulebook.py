@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from service.classify.facts import CudaTable, _norm_cuda, cuda_from_api_version
+from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
 from service.classify.rules import (
     RULES_DIR,
     Signature,
@@ -148,5 +148,5 @@ def _fact_value(name: str, value: str) -> str:
     if name == "driver_cuda" and value.isdigit():
         return cuda_from_api_version(value)
     if name == "image_cuda":
-        return _norm_cuda(value)
+        return norm_cuda(value)
     return value
