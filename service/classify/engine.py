@@ -188,10 +188,6 @@ class Classifier:
             self._note(st, line, changes)
         return changes
 
-    def finish(self) -> list[Change]:
-        """End of input (offline use): nothing more will arrive."""
-        return []
-
     # ---- stages and runs -----------------------------------------------------------
     @staticmethod
     def _is_new_run(st: StreamState) -> bool:

@@ -26,7 +26,6 @@ def classify_records(records: Iterable[LogRecord], classifier: Classifier | None
             seen[rec.stream] = {}
             order.append(rec.stream)
         _collect(seen, clf.feed(rec))
-    _collect(seen, clf.finish())
     return [stream_report(clf, key, seen[key].values()) for key in order]
 
 
