@@ -16,11 +16,11 @@ run: venv
 	$(BIN)/vllm-sentinel serve $(if $(CONFIG),--config $(CONFIG),)
 
 test: venv
-	$(BIN)/ruff check service tests
+	$(BIN)/ruff check service tests scripts training_data
 	$(BIN)/python -m pytest
 
 lint: venv
-	$(BIN)/ruff check service tests
+	$(BIN)/ruff check service tests scripts training_data
 
 bench: venv
 	$(BIN)/python scripts/bench_classify.py

@@ -30,6 +30,7 @@ the capture runs) or from the command line::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -38,7 +39,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ANSI_RE = re.compile(rb"\x1b\[[0-9;]*m")
@@ -46,7 +47,7 @@ ANSI_RE = re.compile(rb"\x1b\[[0-9;]*m")
 
 def rfc3339nano(ns: int) -> str:
     sec, frac = divmod(ns, 1_000_000_000)
-    base = datetime.fromtimestamp(sec, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    base = datetime.fromtimestamp(sec, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{frac:09d}Z"
 
 
@@ -72,7 +73,7 @@ class Capture:
         self.events: list[tuple[str, str]] = []  # (timestamp, what the driver did)
 
     # ---------------------------------------------------------------- process
-    def start(self) -> "Capture":
+    def start(self) -> Capture:
         env = dict(os.environ)
         env.update(self.env_extra)
         self.started_ns = time.time_ns()
@@ -146,8 +147,8 @@ class Capture:
     # ---------------------------------------------------------------- waiting
     def text(self) -> str:
         with self.lock:
-            return "\n".join(ANSI_RE.sub(b"", l[2]).decode("utf-8", "replace")
-                             for l in self.lines)
+            return "\n".join(ANSI_RE.sub(b"", ln[2]).decode("utf-8", "replace")
+                             for ln in self.lines)
 
     def wait_for(self, pattern: str, timeout: float, start_index: int = 0) -> bool:
         """Wait until a line (ANSI stripped) matches regex ``pattern``; False on timeout/exit."""
@@ -188,10 +189,8 @@ class Capture:
             self.kill_group(signal.SIGKILL)
             rc = self.wait_exit(30)
         # stray children that survived in the group (e.g. orphaned workers)
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
         for t in self.threads:
             t.join(10)
         self.ended_ns = time.time_ns()
@@ -217,9 +216,9 @@ class Capture:
             "ended": rfc3339nano(self.ended_ns or time.time_ns()),
             "returncode": self.proc.returncode if self.proc else None,
             "lines": len(lines),
-            "stdout_lines": sum(1 for l in lines if l[1] == "stdout"),
-            "stderr_lines": sum(1 for l in lines if l[1] == "stderr"),
-            "partial_lines": sum(1 for l in lines if not l[3]),
+            "stdout_lines": sum(1 for ln in lines if ln[1] == "stdout"),
+            "stderr_lines": sum(1 for ln in lines if ln[1] == "stderr"),
+            "partial_lines": sum(1 for ln in lines if not ln[3]),
             "driver_events": [f"{t} {w}" for t, w in self.events],
         }
         if extra_meta:

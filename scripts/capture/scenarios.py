@@ -22,7 +22,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -505,11 +504,11 @@ def run_scenario(name: str, outdir: Path = OUT) -> dict:
     helper = pre() if pre else None
     try:
         cap = Capture(name, sc["cmd"], env, cwd="/tmp", preexec_fn=sc.get("preexec")).start()
-        cap.note("started pid %d: %s" % (cap.pid, " ".join(sc["cmd"])))
+        cap.note(f"started pid {cap.pid}: {' '.join(sc['cmd'])}")
         try:
             sc["drive"](cap)
         finally:
-            rc = cap.finish(grace=90)
+            cap.finish(grace=90)
     finally:
         if helper is not None:
             helper()
