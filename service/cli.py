@@ -144,6 +144,8 @@ def _human(rep: dict[str, Any], colour: bool) -> str:
            f"{rep['lines']} lines)"]
     if not rep["incidents"]:
         out.append("   " + c("none", "healthy: no incident"))
+    for w in rep.get("warnings", []):
+        out.append(f" ~ warning {w['category']} ({w['rule']}): {w.get('detail') or w['line'][:200]}")
     for inc in rep["incidents"]:
         head = f"{inc['tier']}/{inc['category']} at {inc['stage']}"
         out.append(f" * {c(inc['tier'], head)}  [{inc['severity']}, {inc['status']}, "

@@ -36,11 +36,14 @@ def _collect(seen: dict[str, dict[str, Incident]], changes: list[Change]) -> Non
 
 def stream_report(clf: Classifier, key: str, incidents: Iterable[Incident]) -> dict[str, Any]:
     st = clf.state(key)
+    ordered = order_incidents(incidents)
     return {
         "stream": key,
         "status": st.status,
         "stage": st.stage,
-        "incidents": [i.summary() for i in order_incidents(incidents)],
+        # failures only (root cause first; [] for a healthy stream); warnings never page
+        "incidents": [i.summary() for i in ordered if i.severity == "critical"],
+        "warnings": [i.summary() for i in ordered if i.severity != "critical"],
         "facts": dict(st.facts),
         "timeline": dict(st.timeline),
         "meta": {k: v for k, v in st.meta.items() if k not in ("fd", "partial")},
