@@ -7,6 +7,8 @@ to upgrade a read lock under contention), plain ``BEGIN`` otherwise.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -54,10 +56,10 @@ def _sqlite_engine(url: str, memory: bool) -> Engine:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
         cur = dbapi_conn.cursor()
-        if not memory:
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        if not memory:
+            _set_wal(cur)
+            cur.execute("PRAGMA synchronous=NORMAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.close()
 
@@ -67,3 +69,18 @@ def _sqlite_engine(url: str, memory: bool) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _set_wal(cur: Any) -> None:
+    """Switch a file database to WAL. The switch needs the database to itself and ignores
+    the busy timeout, so instances opening a new file together retry it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
