@@ -28,6 +28,7 @@ from service.ingest.kafka_source import (
     _describe,
     default_client_id,
     heartbeat_interval_ms,
+    security_options,
 )
 
 log = logging.getLogger(__name__)
@@ -47,18 +48,7 @@ def confluent_config(settings: KafkaSettings) -> dict[str, Any]:
         "max.poll.interval.ms": max(settings.max_poll_interval_ms, settings.session_timeout_ms),
         "security.protocol": settings.security_protocol,
     }
-    if settings.sasl_mechanism:
-        cfg["sasl.mechanism"] = settings.sasl_mechanism
-    if settings.sasl_username is not None:
-        cfg["sasl.username"] = settings.sasl_username
-    if settings.sasl_password is not None:
-        cfg["sasl.password"] = settings.sasl_password
-    if settings.ssl_cafile:
-        cfg["ssl.ca.location"] = settings.ssl_cafile
-    if settings.ssl_certfile:
-        cfg["ssl.certificate.location"] = settings.ssl_certfile
-    if settings.ssl_keyfile:
-        cfg["ssl.key.location"] = settings.ssl_keyfile
+    cfg.update(security_options(settings, librdkafka=True))
     for key, value in settings.extra.items():
         cfg[key.replace("_", ".")] = value
     return cfg

@@ -506,6 +506,27 @@ def heartbeat_interval_ms(settings: KafkaSettings) -> int:
 # ---------------------------------------------------------------------- kafka-python
 
 
+# Optional TLS/SASL settings: (setting, kafka-python keyword, librdkafka property, keep "").
+SECURITY_OPTIONS = (
+    ("sasl_mechanism", "sasl_mechanism", "sasl.mechanism", False),
+    ("sasl_username", "sasl_plain_username", "sasl.username", True),
+    ("sasl_password", "sasl_plain_password", "sasl.password", True),
+    ("ssl_cafile", "ssl_cafile", "ssl.ca.location", False),
+    ("ssl_certfile", "ssl_certfile", "ssl.certificate.location", False),
+    ("ssl_keyfile", "ssl_keyfile", "ssl.key.location", False),
+)
+
+
+def security_options(settings: KafkaSettings, librdkafka: bool) -> dict[str, Any]:
+    """The TLS/SASL settings that are set, under the chosen client's key names."""
+    out: dict[str, Any] = {}
+    for attr, kp_key, rd_key, keep_empty in SECURITY_OPTIONS:
+        value = getattr(settings, attr)
+        if value is not None and (keep_empty or value):
+            out[rd_key if librdkafka else kp_key] = value
+    return out
+
+
 def kafka_python_config(settings: KafkaSettings) -> dict[str, Any]:
     """``KafkaConsumer`` keyword arguments for ``settings`` (``extra`` wins)."""
     cfg: dict[str, Any] = {
@@ -520,18 +541,7 @@ def kafka_python_config(settings: KafkaSettings) -> dict[str, Any]:
         "heartbeat_interval_ms": heartbeat_interval_ms(settings),
         "security_protocol": settings.security_protocol,
     }
-    if settings.sasl_mechanism:
-        cfg["sasl_mechanism"] = settings.sasl_mechanism
-    if settings.sasl_username is not None:
-        cfg["sasl_plain_username"] = settings.sasl_username
-    if settings.sasl_password is not None:
-        cfg["sasl_plain_password"] = settings.sasl_password
-    if settings.ssl_cafile:
-        cfg["ssl_cafile"] = settings.ssl_cafile
-    if settings.ssl_certfile:
-        cfg["ssl_certfile"] = settings.ssl_certfile
-    if settings.ssl_keyfile:
-        cfg["ssl_keyfile"] = settings.ssl_keyfile
+    cfg.update(security_options(settings, librdkafka=False))
     cfg.update(settings.extra)
     return cfg
 
