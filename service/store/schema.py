@@ -39,7 +39,7 @@ streams = Table(
     Column("state", Json, nullable=False),  # StreamState.to_dict()
     Column("status", String(16)),
     Column("stage", String(32)),
-    Column("updated_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False, index=True),  # (retention prune)
     # bumped by every write of the snapshot; writers compare-and-set it (see writes.py)
     Column("version", Integer, nullable=False, server_default="0"),
 )
@@ -65,6 +65,7 @@ incidents = Table(
     # the open fleet incident that groups this one (see service/store/fleets.py)
     Column("fleet_id", String(64), index=True),
     Index("ix_incidents_opened_at_id", "opened_at", "id"),
+    Index("ix_incidents_status_resolved_at", "status", "resolved_at"),  # (retention prune)
 )
 
 source_positions = Table(
@@ -106,8 +107,12 @@ deliveries = Table(
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_at", Double, nullable=False),
     Column("last_error", Text),
-    Column("leased_by", String(128)),
+    Column("leased_by", String(128), index=True),
     Column("lease_until", Double),
+    # the request went out at this time and its answer is not recorded yet: after a crash
+    # (or a database lost meanwhile) the delivery is "in doubt" and is sent again with the
+    # same idempotency key (see deliveries.py)
+    Column("sending_at", Double),
     Column("created_at", Double, nullable=False),
     Column("sent_at", Double),
     UniqueConstraint("event_id", "receiver"),
