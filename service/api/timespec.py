@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)", re.IGNORECASE)
+MAX_LEN = 64  # longer than any real instant or duration; bounds the patterns' work
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 
 
@@ -19,6 +20,8 @@ def parse_instant(value: str | float | int) -> float:
     if isinstance(value, int | float):
         t = float(value)
     else:
+        if len(value) > MAX_LEN:
+            raise ValueError(f"time longer than {MAX_LEN} characters")
         s = value.strip()
         try:
             t = float(s)
@@ -47,6 +50,8 @@ def _iso(s: str) -> float:
 def parse_duration(value: str) -> float:
     """Seconds in a duration like ``2h``, ``90m``, ``1h30m``, ``1d``, ``45s`` (a bare number
     is seconds). ``ValueError`` unless it is a positive duration."""
+    if len(value) > MAX_LEN:
+        raise ValueError(f"duration longer than {MAX_LEN} characters")
     s = value.strip().lower()
     try:
         seconds = float(s)

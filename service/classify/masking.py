@@ -56,7 +56,11 @@ _PATH = re.compile(
     r"(?<![\w<>/.])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"
     r"|(?<![\w<>/])[A-Za-z]:\\(?:[\w. -]+\\)+[\w. -]*"
 )
-_REL_SRC = re.compile(r"(?<![\w/<>])(?:\.\./)+(?:[\w.-]+/)+([\w.-]+\.(?:cc|cpp|h|hpp|cu|py))")
+# the directory segments after the "../" run never start with "." (else "../" is ambiguous
+# between the two groups and a line of "../../.." backtracks cubically)
+_REL_SRC = re.compile(
+    r"(?<![\w/<>.])(?:\.\./)+(?:[\w-][\w.-]*/)+([\w.-]+\.(?:cc|cpp|h|hpp|cu|py))"
+)
 _QUOTED_MODEL = re.compile(r"""(['"`])[\w.-]+/[\w.:-]+\1""")
 _VER = re.compile(
     r"(?<![\w.])v?\d+\.\d+\.\d+(?:\.\d+)*(?:[.+-]?(?:post|dev|rc|a|b)\d*)*(?:\+[\w.]+)?(?![\w])"
@@ -76,6 +80,8 @@ _NUM = re.compile(r"(?<![\w<])\d+(?:[.,]\d+)*(?![\w>])")
 _SPACES = re.compile(r"[ \t]+")
 _ANY_DIGIT = re.compile(r"\d")
 _HEX_LETTERS_ONLY = re.compile(r"[0-9a-fA-F]{8}")
+# patterns see at most this many characters of each line (the line parser's cap)
+LINE_CAP = 8192
 
 
 def _path_sub(m: re.Match[str]) -> str:
@@ -91,6 +97,8 @@ def mask_lines(text: str) -> list[str]:
     if not text:
         return [""]
     t = text.replace("\r", "")
+    if len(t) > LINE_CAP:
+        t = "\n".join(part[:LINE_CAP] for part in t.split("\n"))
     if "\x1b" in t:
         t = _ANSI.sub("", t)
     has_digit = _ANY_DIGIT.search(t) is not None

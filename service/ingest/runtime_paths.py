@@ -25,8 +25,15 @@ _PODS = re.compile(
 _DOCKER = re.compile(r"containers[/.](?P<container_id>[a-f0-9]{64})[/.][a-f0-9]{64}-json\.log")
 
 
+# a kubelet path is at most ~420 characters (253 pod + 63 namespace + 63 container + 64 id);
+# longer names are not container paths, and the patterns never see them
+MAX_NAME = 1024
+
+
 @lru_cache(maxsize=4096)
 def _meta(name: str) -> tuple[tuple[str, str], ...]:
+    if len(name) > MAX_NAME:
+        return ()
     m = _CONTAINERS.search(name) or _PODS.search(name) or _DOCKER.search(name)
     return tuple((k, v) for k, v in m.groupdict().items() if v) if m else ()
 

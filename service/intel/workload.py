@@ -25,7 +25,8 @@ def workload_key(stream: str, meta: dict[str, Any]) -> str:
     labels = meta.get("labels") or {}
     base = labels.get("app.kubernetes.io/name") or labels.get("app")
     if not base:
-        m = _POD_SUFFIX.match(str(pod))
+        pod = str(pod)[:253]  # a Kubernetes object name is at most 253 characters
+        m = _POD_SUFFIX.match(pod)
         base = m.group("base") if m else pod
     return f"{meta.get('namespace', '')}/{base}/{meta.get('container', '')}"
 

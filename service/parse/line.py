@@ -79,8 +79,13 @@ _WRAPPERS = re.compile(
     r")"
 )
 _TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
-_REPEATED = re.compile(r"\s*\[repeated (?P<n>\d+)x across cluster\]\s*$")
+_REPEATED = re.compile(r"\[repeated (?P<n>\d+)x across cluster\]\s*$")
 _RANK_IN_NAME = re.compile(r"(?:rank=|_TP|TP)(\d+)")
+
+# Every pattern of this module (and every rule downstream, which sees ``Line.message``) reads
+# at most this many characters of a line: a crafted megabyte line costs what 8 KiB costs.
+# ``Line.text`` still holds the whole line, for evidence.
+PATTERN_CAP = 8192
 
 _LEVELS = {"WARN": "WARNING", "E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}
 
@@ -122,7 +127,11 @@ def clean(text: str) -> str:
 
 
 def parse_line(raw: str) -> Line:
-    """Parse one physical line; never raises."""
+    """Parse one physical line; never raises. Patterns see its first ``PATTERN_CAP`` chars."""
+    if len(raw) > PATTERN_CAP:
+        line = parse_line(raw[:PATTERN_CAP])
+        line.text = line.text + raw[PATTERN_CAP:].rstrip("\r\n")
+        return line
     text = clean(raw)
     if not text.strip():
         return Line(text=text, message="", kind=EMPTY)
@@ -185,9 +194,10 @@ def parse_line(raw: str) -> Line:
 
 
 def _strip_repeated(rest: str) -> tuple[str, int]:
-    m = _REPEATED.search(rest)
+    at = rest.rfind("[repeated ")
+    m = _REPEATED.match(rest, at) if at >= 0 else None
     if m:
-        return rest[: m.start()], int(m.group("n"))
+        return rest[:at].rstrip(), int(m.group("n"))
     return rest, 1
 
 
