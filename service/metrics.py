@@ -40,6 +40,11 @@ CONSUMER_LAG = Gauge(
     "sentinel_consumer_lag", "Kafka consumer lag (messages), by topic and partition.",
     ["topic", "partition"], registry=REGISTRY,
 )
+QUARANTINED = Counter(
+    "sentinel_quarantined_total",
+    "Records whose classification raised: stored in the quarantine table, position committed.",
+    ["source"], registry=REGISTRY,
+)
 ALERT_LATENCY = Histogram(
     "sentinel_alert_latency_seconds", "From incident change to webhook accepted.",
     ["receiver"], registry=REGISTRY,

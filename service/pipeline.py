@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from service import metrics
 from service.classify.engine import Change, Classifier
 from service.classify.incident import Incident
 from service.classify.stream_state import StreamState
@@ -41,6 +42,8 @@ from service.store import (
 log = logging.getLogger("vllm_sentinel.pipeline")
 STALE_RETRIES = 3
 MAX_STORED_LINE = 8192  # characters of one log line kept in the store
+QUARANTINE_TEXT_CAP = 65_536  # characters of a quarantined record kept for inspection
+QUARANTINE_LOG_EVERY_S = 60.0  # at most one log line per interval (the rest are counted)
 
 
 class RouterLike(Protocol):
@@ -129,7 +132,8 @@ class Pipeline:
         self._versions: dict[str, int | None] = {}
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline")
         self.counters = {"batches": 0, "records": 0, "skipped": 0, "duplicate_chunks": 0,
-                         "stale": 0}
+                         "stale": 0, "quarantined": 0}
+        self._quarantine_logged = float("-inf")
         self.last_commit_s = 0.0
 
     # ---- input -----------------------------------------------------------------------
@@ -224,16 +228,39 @@ class Pipeline:
             fresh.append(rec)
         touched: dict[str, None] = {}
         changed: dict[str, tuple[Incident, list[str]]] = {}
+        quarantined: list[dict[str, Any]] = []
         for rec in fresh:
             touched[rec.stream] = None
-            self._collect(self.classifier.feed(rec), changed, touched)
+            try:
+                found = self.classifier.feed(rec)
+            except Exception as exc:  # noqa: BLE001 - one poison record never stops the flow
+                quarantined.append(self._quarantine(rec, source, exc))
+                continue
+            self._collect(found, changed, touched)
         eff = self._effects(touched, changed, advance, source, chunk_id)
+        eff.quarantined = quarantined
         if not eff:
             return True
         if not self._commit(eff, touched, advance, source):
             return False
         self.counters["records"] += len(fresh)
         return True
+
+    def _quarantine(self, rec: LogRecord, source: str, exc: Exception) -> dict[str, Any]:
+        """The row that keeps a record whose classification raised (committed with the batch,
+        so its position advances and it is never re-read)."""
+        metrics.QUARANTINED.labels(source=source).inc()
+        self.counters["quarantined"] += 1
+        now = time.monotonic()
+        if now - self._quarantine_logged >= QUARANTINE_LOG_EVERY_S:
+            log.error("quarantined a record of stream %.120s (%s: %.200s); %d quarantined so "
+                      "far, see GET /quarantine", rec.stream, type(exc).__name__, exc,
+                      self.counters["quarantined"], exc_info=exc)
+            self._quarantine_logged = now
+        text = rec.text if isinstance(rec.text, str) else str(rec.text)
+        return {"source": source[:64], "stream": rec.stream[:1024], "position": rec.position,
+                "reason": type(exc).__name__[:64], "error": str(exc)[:2000],
+                "text": text[:QUARANTINE_TEXT_CAP], "length": len(text)}
 
     def _effects(self, touched: dict[str, None], changed: dict[str, tuple[Incident, list[str]]],
                  advance: dict[str, int], source: str, chunk_id: str | None) -> BatchEffects:

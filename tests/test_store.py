@@ -150,9 +150,9 @@ def test_migrations_are_versioned_and_idempotent(db_url: str) -> None:
     s = Store(db_url)
     s.migrate()
     s.migrate()
-    assert current_revision(s.engine) == head_revision() == "0004"
+    assert current_revision(s.engine) == head_revision() == "0005"
     with s.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0004"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
     s.close()
 
 
@@ -177,7 +177,7 @@ def test_instances_starting_together_migrate_once(db_url: str) -> None:
         t.join()
     assert errors == []
     s = Store(db_url)
-    assert current_revision(s.engine) == "0004"
+    assert current_revision(s.engine) == "0005"
     s.close()
 
 

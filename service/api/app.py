@@ -26,6 +26,7 @@ from service.api.routers import (
     health,
     incidents,
     ingest,
+    quarantine,
     silences,
     stats,
     streams,
@@ -105,7 +106,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     app.state.ctx = ctx
     app.state.http_joiner = None
-    for module in (incidents, streams, stats, silences, feedback, classify, health):
+    for module in (incidents, streams, stats, silences, feedback, classify, health,
+                   quarantine):
         app.include_router(module.router)
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
         app.include_router(ingest.router)

@@ -51,12 +51,15 @@ class BatchEffects:
     # the commit fails with StaleBatch when a stream listed here has another version now.
     # Streams not listed are written whatever their version.
     stream_versions: dict[str, int | None] = field(default_factory=dict)
+    # records whose classification raised (rows of the ``quarantine`` table)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
     # filled in by commit_batch: incidents left untouched because they were resolved by
     # hand (the pipeline drops them from its in-memory state)
     skipped_incidents: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
-        return bool(self.streams or self.incidents or self.positions or self.chunk_id)
+        return bool(self.streams or self.incidents or self.positions or self.chunk_id
+                    or self.quarantined)
 
 
 def collapse_kinds(kinds: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ from service.store.schema import (
     forward_chunks,
     incidents,
     outbox,
+    quarantine,
     source_positions,
     streams,
 )
@@ -181,3 +182,10 @@ def _decode_cursor(cursor: str) -> tuple[float, str]:
         return float(opened), str(incident_id)
     except (ValueError, TypeError) as exc:
         raise ValueError(f"invalid cursor {cursor!r}") from exc
+
+
+def list_quarantine(conn: Connection, limit: int) -> list[dict[str, Any]]:
+    """Quarantined records, newest first."""
+    q = quarantine.c
+    rows = conn.execute(select(quarantine).order_by(q.id.desc()).limit(limit)).mappings()
+    return [dict(r) for r in rows]

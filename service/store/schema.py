@@ -142,3 +142,18 @@ feedback = Table(
     Column("comment", Text),
     Column("created_at", Double, nullable=False),
 )
+
+# Records whose classification raised: stored for inspection, their position still advanced
+# (a poison record is never retried forever).
+quarantine = Table(
+    "quarantine", metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("source", String(64), nullable=False),
+    Column("stream", Text, nullable=False),
+    Column("position", Text),
+    Column("reason", String(64), nullable=False),
+    Column("error", Text, nullable=False),
+    Column("text", Text, nullable=False),  # the first QUARANTINE_TEXT_CAP characters
+    Column("length", Integer, nullable=False),  # of the whole record text
+    Column("created_at", Double, nullable=False, index=True),
+)

@@ -161,6 +161,10 @@ class Store:
         with self._read() as conn:
             return annotations.list_feedback(conn)
 
+    def list_quarantine(self, limit: int = 100) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            return queries.list_quarantine(conn, limit)
+
     # ---- dispatcher ------------------------------------------------------------------
     def expand_outbox(self, route: Route, limit: int = 200, hold: Hold | None = None) -> int:
         with self._write() as conn:

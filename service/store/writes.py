@@ -10,7 +10,14 @@ from sqlalchemy.engine import Connection
 from service.classify.incident import Incident
 from service.store.dialect import insert
 from service.store.effects import BatchEffects, DuplicateChunk, StaleBatch
-from service.store.schema import forward_chunks, incidents, outbox, source_positions, streams
+from service.store.schema import (
+    forward_chunks,
+    incidents,
+    outbox,
+    quarantine,
+    source_positions,
+    streams,
+)
 
 
 def commit_batch(conn: Connection, eff: BatchEffects) -> None:
@@ -27,6 +34,8 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
         _advance(conn, p.source, p.partition, p.expected, p.position, now)
     if eff.streams:
         _write_streams(conn, eff, now)
+    if eff.quarantined:
+        conn.execute(insert(conn, quarantine), [{**q, "created_at": now} for q in eff.quarantined])
     for w in eff.incidents:
         version = upsert_incident(conn, w.body, len(w.kinds), now)
         if version is None:
