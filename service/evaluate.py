@@ -95,7 +95,7 @@ def score(cases: list[Case], preds: list[dict[str, Any]]) -> dict[str, Any]:
 def evaluate(directory: Path, mode: str) -> dict[str, Any]:
     cases = load_cases(directory)
     rules = RuleBook(with_signatures=mode != "model")
-    model = load_text_model() if mode in ("model", "hybrid") else None
+    model = load_text_model(strict=True) if mode in ("model", "hybrid") else None
     preds = []
     for case in cases:
         clf = Classifier(rules, text_model=model)
@@ -108,7 +108,7 @@ def ablation(directory: Path) -> dict[str, Any]:
     signature that decided it and classify again, signatures only vs hybrid. Measures what the
     text model adds when a message's wording is one no rule knows."""
     cases = [c for c in load_cases(directory) if c.category != "healthy"]
-    model = load_text_model()
+    model = load_text_model(strict=True)
     full = RuleBook()
     by_rule: dict[str, list[Case]] = {}
     for case in cases:

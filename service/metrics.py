@@ -45,6 +45,16 @@ QUARANTINED = Counter(
     "Records whose classification raised: stored in the quarantine table, position committed.",
     ["source"], registry=REGISTRY,
 )
+MODEL_LOADED = Gauge(
+    "sentinel_text_model_loaded",
+    "1 when the verified text model is in use, 0 when running on signatures only.",
+    registry=REGISTRY,
+)
+MODEL_LOAD_FAILURES = Counter(
+    "sentinel_model_load_failures_total",
+    "Text model artifacts refused (digest, manifest or format check failed).",
+    registry=REGISTRY,
+)
 ALERT_LATENCY = Histogram(
     "sentinel_alert_latency_seconds", "From incident change to webhook accepted.",
     ["receiver"], registry=REGISTRY,

@@ -683,6 +683,10 @@ def train(
     }
     (out_dir / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     (out_dir / CARD_NAME).write_text(model_card(manifest), encoding="utf-8")
+    from service.classify.loader import MODELS_DIR, write_pin
+
+    if out_dir.resolve() == MODELS_DIR:  # the shipped model: pin its digests in the package
+        write_pin(out_dir)
     progress(
         f"wrote {artifact} ({len(data) / 1e6:.1f} MB), manifest and model card; "
         f"predict {latency_ms:.2f} ms/event"
