@@ -115,13 +115,58 @@ def _feedback_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unreadable(path: str) -> str | None:
+    """Why ``path`` cannot be classified (None: it can)."""
+    if path == "-":
+        return None
+    if not os.path.exists(path):
+        return "no such file"
+    if os.path.isdir(path):
+        return "is a directory (pass the log files in it)"
+    if not os.access(path, os.R_OK):
+        return "permission denied"
+    if os.path.getsize(path) == 0:
+        return "is empty"
+    return None
+
+
+def _physical_lines(path: str) -> int:
+    """Non-empty lines of a file (gzip read through), for the format-override check."""
+    from service.ingest.files import read_file
+
+    return sum(1 for _ in read_file(path, fmt="raw", join=False))
+
+
 def _classify(args: argparse.Namespace) -> int:
     from service.classify.loader import build_classifier
     from service.classify.report import classify_records
     from service.ingest.files import read_files
 
+    for path in args.files:
+        why = _unreadable(path)
+        if why:
+            print(f"vllm-sentinel classify: {path}: {why}", file=sys.stderr)
+            return 2
     clf = build_classifier(use_model=not args.no_model)
-    records = read_files(args.files, fmt=args.format)
+    per_path: dict[str, int] = {}
+    records = []
+    for path in args.files:
+        got = list(read_files([path], fmt=args.format))
+        per_path[path] = len(got)
+        records.extend(got)
+    if args.format != "auto":
+        for path, kept in per_path.items():
+            if path == "-":
+                continue
+            lines = _physical_lines(path)
+            if lines and kept < lines / 2:
+                print(f"vllm-sentinel classify: warning: --format {args.format} kept {kept} of "
+                      f"{lines} lines of {path}; is it another envelope? (--format auto "
+                      "detects it per line)", file=sys.stderr)
+    if not records:
+        print("vllm-sentinel classify: no log lines could be read from "
+              f"{', '.join(args.files)} (see --format, -v for the rejects)", file=sys.stderr)
+        return 2
     reports = classify_records(records, clf)
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and not os.environ.get("NO_COLOR"))
