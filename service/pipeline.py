@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from service import metrics
 from service.classify.engine import Change, Classifier
 from service.classify.incident import Incident
-from service.classify.stream_state import StreamState
+from service.classify.stream_state import STARTING, StreamState
 from service.records import LogRecord
 from service.store import (
     BatchEffects,
@@ -110,29 +110,34 @@ class Pipeline:
         *,
         on_commit: Callable[[], None] | None = None,
         max_streams: int = 50_000,
+        idle_evict_s: float = 3600.0,
     ) -> None:
         self.store = store
         self.router = router
         self.clock = clock
         self.on_commit = on_commit
         self.max_streams = max_streams
+        self.idle_evict_s = idle_evict_s
         if isinstance(classifier, Classifier):
             self.classifier = classifier
             if self.classifier.state_loader is None:
                 self.classifier.state_loader = self._load_state
         else:
             self.classifier = classifier(state_loader=self._load_state)
+        # a stream still starting with nothing open stays until its stall could fire
+        self._startup_hold_s = max(self.classifier.stall_deadlines.values(), default=0.0)
         self._lock = threading.RLock()
         self._applied: dict[tuple[str, str], int | None] = {}  # cache of the store's offsets
         self._partitions: dict[str, set[str]] = {}  # stream → partitions its records came from
-        self._recent: OrderedDict[str, None] = OrderedDict()  # streams in memory, LRU order
+        # streams in memory, least recently touched first → monotonic time of the last touch
+        self._recent: OrderedDict[str, float] = OrderedDict()
         # stream → version of its stored snapshot that the in-memory state continues (None:
         # not stored yet); commits compare-and-set it, so two replicas fed the same stream
         # (forward / HTTP behind a load balancer) never overwrite each other's snapshot
         self._versions: dict[str, int | None] = {}
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline")
         self.counters = {"batches": 0, "records": 0, "skipped": 0, "duplicate_chunks": 0,
-                         "stale": 0, "quarantined": 0}
+                         "stale": 0, "quarantined": 0, "evicted": 0}
         self._quarantine_logged = float("-inf")
         self.last_commit_s = 0.0
 
@@ -156,6 +161,7 @@ class Pipeline:
         Returns the number of incident changes."""
         with self._lock:
             changes = self.classifier.tick(self.clock() if now is None else now)
+            self.evict_idle()
             if not changes:
                 return 0
             touched: dict[str, None] = {}
@@ -336,11 +342,36 @@ class Pipeline:
             st.incidents = [i for i in st.incidents if i.id not in ids]
 
     def _evict(self, touched: dict[str, None]) -> None:
+        now = time.monotonic()
         for k in touched:
-            self._recent[k] = None
+            self._recent[k] = now
             self._recent.move_to_end(k)
         while len(self._recent) > self.max_streams:
             key, _ = self._recent.popitem(last=False)
-            self.classifier.forget([key])
-            self._partitions.pop(key, None)
-            self._versions.pop(key, None)
+            self._drop_stream(key)
+
+    def evict_idle(self, now: float | None = None) -> int:
+        """Forget the streams no line touched for ``idle_evict_s`` (their snapshot is in the
+        store and is reloaded by their next line); a stream still starting with nothing
+        open is kept until its stall deadline could have passed. Returns how many went."""
+        now = time.monotonic() if now is None else now
+        gone = 0
+        with self._lock:
+            for key, touched in list(self._recent.items()):
+                idle = now - touched
+                if idle < self.idle_evict_s:
+                    break  # least recently touched first: the rest are younger
+                st = self.classifier.streams.get(key)
+                if (st is not None and st.status == STARTING and st.current() is None
+                        and idle < self.idle_evict_s + self._startup_hold_s):
+                    continue
+                del self._recent[key]
+                self._drop_stream(key)
+                gone += 1
+        self.counters["evicted"] += gone
+        return gone
+
+    def _drop_stream(self, key: str) -> None:
+        self.classifier.forget([key])
+        self._partitions.pop(key, None)
+        self._versions.pop(key, None)

@@ -53,6 +53,9 @@ class Change:
     incident: Incident
 
 
+MAX_WORKLOADS = 100_000  # last-good facts kept in memory (least recently started go first)
+
+
 class Classifier:
     """Classifies many interleaved streams; one instance per process (not thread-safe)."""
 
@@ -90,6 +93,13 @@ class Classifier:
                 st.last_good_facts = self.last_good.get(workload_key(key, st.meta))
             self.streams[key] = st
         return st
+
+    def _remember_good(self, workload: str, facts: dict[str, str]) -> None:
+        """Facts of a workload's last good start; the oldest workloads go past the cap."""
+        self.last_good.pop(workload, None)
+        self.last_good[workload] = facts
+        while len(self.last_good) > MAX_WORKLOADS:
+            del self.last_good[next(iter(self.last_good))]
 
     def forget(self, keys: Iterable[str]) -> None:
         """Drop in-memory state (e.g. a Kafka partition was revoked)."""
@@ -163,7 +173,7 @@ class Classifier:
             self._advance(st, "api_server", time, changes)
             st.status = READY
             st.last_good_facts = dict(st.facts)
-            self.last_good[workload_key(st.key, st.meta)] = st.last_good_facts
+            self._remember_good(workload_key(st.key, st.meta), st.last_good_facts)
             self._resolve_passed(st, time, changes, ready=True)
             self._startup_checks(st, line, time, changes)
         if hits.serving and not st.shutting_down and st.status != SERVING:
