@@ -33,6 +33,7 @@ from service.ingest.forward import ForwardServer
 from service.notify.dispatcher import Dispatcher
 from service.pipeline import Pipeline
 from service.store import Store
+from service.store.identity import default_instance_id
 
 log = logging.getLogger("vllm_sentinel")
 
@@ -100,13 +101,17 @@ class Service:
 
 def build(settings: Settings) -> Service:
     """Create every part from the settings (migrates the store first)."""
-    store = Store(settings.store.url, settings.store.pool_size)
+    st = settings.store
+    store = Store(st.url, st.pool_size, incident_retention_days=st.incident_retention_days,
+                  stream_retention_days=st.stream_retention_days,
+                  retention_interval_s=st.retention_interval_s)
     store.migrate()
     rulebook = RuleBook()
     model = load_text_model() if settings.use_model else None
     classifier = Classifier(rulebook, text_model=model, novelty=NoveltyDetector(),
                             clock=time.time, stall_deadlines=settings.stall.deadlines_s)
-    ctx_kwargs = {"instance_id": settings.instance_id} if settings.instance_id else {}
+    ctx_kwargs = {"instance_id": settings.instance_id or default_instance_id(
+        settings.store.url, settings.api.host, settings.api.port)}
     ctx = ServiceContext(settings=settings, store=store, pipeline=None, rulebook=rulebook,
                          text_model=model, **ctx_kwargs)
     dispatcher = Dispatcher(store, settings.receivers, settings.notify,

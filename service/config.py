@@ -27,6 +27,12 @@ class ApiSettings(BaseModel):
 class StoreSettings(BaseModel):
     url: str = "sqlite:///sentinel.db"
     pool_size: int = 5
+    # retention (0 = keep forever): resolved incidents (with their outbox events and
+    # deliveries; incidents with feedback or an undelivered change are kept) and stream
+    # snapshots no line was seen for (streams with an open incident are kept)
+    incident_retention_days: float = Field(90.0, ge=0)
+    stream_retention_days: float = Field(30.0, ge=0)
+    retention_interval_s: float = Field(600.0, gt=0)  # how often the prune runs
 
 
 class KafkaSettings(BaseModel):
@@ -127,7 +133,10 @@ class Settings(BaseSettings):
     stall: StallSettings = Field(default_factory=StallSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     use_model: bool = True
-    instance_id: str | None = None  # defaults to hostname-pid
+    # owner of delivery claims; stable across restarts so a restarted process takes its
+    # claims back at once. Default: <hostname>-<hash of store URL and API address> (in
+    # Kubernetes HOSTNAME is the pod name). Must differ between live replicas.
+    instance_id: str | None = Field(None, max_length=128)
 
     @classmethod
     def settings_customise_sources(

@@ -7,6 +7,20 @@ Failures are retried with exponential backoff and full jitter (forever unless
 ``max_attempts``); a crashed instance's leases expire and another instance takes over.
 Any number of dispatchers may share one database.
 
+No message twice (see :mod:`service.store.deliveries`): a delivery is marked as going out
+before its request is sent; a 2xx answer is recorded as ``sent`` and, if the database is
+unreachable at that moment, kept in memory and recorded as soon as it is back — before
+anything else is claimed — so a database outage never makes a message go out again. Any
+other bookkeeping a failure interrupted (giving a claim back, a retry time) is replayed the
+same way, so claims are not left to expire. At start the instance takes its identity lock
+and releases what its previous run held. What a process that died with a request on the
+wire leaves is sent again with the same ``Idempotency-Key`` (and ``X-Sentinel-Redelivery:
+true``): the receiver may have it (PagerDuty deduplicates on ``dedup_key``; a webhook
+receiver should on the key).
+
+Silences mute what a receiver would be told, never a resolution: a receiver that was told
+an incident opened (a PagerDuty alert is open) hears that it resolved, silenced or not.
+
 Fleets (``FleetSettings``): the first message about a critical incident of a fleet-prone
 category waits ``hold_s`` after the incident was stored (set when the delivery row is
 created; not an attempt). When it is due, the store looks for the fleet it belongs to
@@ -25,7 +39,9 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 import httpx
 
@@ -42,6 +58,20 @@ from service.store import Claim, Store
 
 log = logging.getLogger("vllm_sentinel.notify")
 EXPAND_BATCH = 200
+IDENTITY_RETRY_S = 2.0  # how often an identity held by another process is tried again
+# errors after which the receiver may have the request (vs. refused before it was sent)
+AMBIGUOUS = (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError,
+             httpx.WriteError)
+AMBIGUOUS_NOT = (httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+@dataclass(slots=True)
+class _Owed:
+    """Bookkeeping a database failure interrupted, replayed before anything new."""
+
+    ids: list[int]
+    status: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 class Dispatcher:
@@ -84,10 +114,22 @@ class Dispatcher:
         self._threads: list[threading.Thread] = []
         self._housekept = float("-inf")
         self._failing: dict[str, bool] = {}  # receivers whose last attempt failed
+        # per receiver: outcomes not recorded yet (only that receiver's thread touches them)
+        self._owed: dict[str, list[_Owed]] = {r.name: [] for r in self.receivers}
+        self._identity: Any = None  # store.InstanceLock once start() ran
+        self._identity_tried = float("-inf")
+        self._recovered = False  # leases of this instance's previous run released
+        self._identity_warned = False
 
     # ---- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
         self._stop.clear()
+        self._identity = self.store.instance_lock(self.instance_id)
+        self._recovered = False
+        try:
+            self._recover()
+        except Exception:  # noqa: BLE001 - the outbox thread tries again
+            log.warning("could not release the previous run's claims yet", exc_info=True)
         self._threads = [threading.Thread(target=self._expand_loop, name="notify-outbox",
                                           daemon=True)]
         self._threads += [threading.Thread(target=self._send_loop, args=(r,),
@@ -103,9 +145,50 @@ class Dispatcher:
             ev.set()
         for t in self._threads:
             t.join(timeout)
+        joined = not any(t.is_alive() for t in self._threads)
         self._threads = []
+        for r in self.receivers:
+            try:
+                self._pay(r)
+            except Exception:  # noqa: BLE001 - left in doubt: re-sent with its key
+                log.warning("receiver %s: could not record %d outcomes before stopping",
+                            r.name, len(self._owed[r.name]), exc_info=True)
+        if self._identity is not None:
+            if joined and self._recovered:  # nothing of ours is on the wire: give back
+                try:
+                    self.store.release_claims(self.instance_id)
+                except Exception:  # noqa: BLE001 - released at the next start instead
+                    log.warning("could not release claims at stop", exc_info=True)
+            self._identity.release()
+            self._identity = None
         if self._own_http:
             self.http.close()
+
+    def _recover(self) -> None:
+        """Take this instance's identity lock and release the leases its previous run held
+        (a restart after kill -9 delivers them now, not when they expire). Tried again every
+        ``IDENTITY_RETRY_S`` while another live process holds the lock (it then keeps its
+        claims; ours are the same id, so nothing is released)."""
+        if self._recovered or self._identity is None:
+            return
+        if time.monotonic() - self._identity_tried < IDENTITY_RETRY_S:
+            return
+        self._identity_tried = time.monotonic()
+        if not self._identity.acquire():
+            log.log(logging.DEBUG if self._identity_warned else logging.WARNING,
+                    "instance id %s is in use by another live process; its delivery claims "
+                    "are left to it (set a distinct instance_id per replica)",
+                    self.instance_id)
+            self._identity_warned = True
+            return
+        released, doubt = self.store.release_claims(self.instance_id)
+        self._recovered = True
+        if released:
+            log.warning("released %d delivery claims of this instance's previous run; %d "
+                        "were on the wire when it stopped and are sent again with the same "
+                        "Idempotency-Key", released, doubt)
+            for ev in self._kick.values():
+                ev.set()
 
     def wake(self) -> None:
         """New outbox events were committed (in-process hint; polling covers the rest)."""
@@ -116,6 +199,7 @@ class Dispatcher:
         alive = {t.name: t.is_alive() for t in self._threads}
         return {
             "instance_id": self.instance_id,
+            "identity_held": bool(self._identity is not None and self._identity.held),
             "running": bool(alive) and all(alive.values()) and not self._stop.is_set(),
             "receivers": {r.name: {"failing": self._failing.get(r.name, False),
                                    "tokens": self.buckets[r.name].available()}
@@ -151,12 +235,14 @@ class Dispatcher:
     def _expand_loop(self) -> None:
         while not self._stop.is_set():
             try:
+                self._recover()
                 if self.expand():
                     for ev in self._kick.values():
                         ev.set()
                 self._housekeeping()
             except Exception:
                 log.exception("outbox expansion failed; retrying")
+                self._heal()
                 self._stop.wait(1.0)
             self._wake.wait(self.poll_interval_s)
             self._wake.clear()
@@ -165,8 +251,20 @@ class Dispatcher:
         if time.monotonic() - self._housekept < self.housekeeping_s:
             return
         self._housekept = time.monotonic()
+        if self._identity is not None and self._recovered:
+            self._identity.acquire()  # re-taken if a database outage dropped it
         self.store.prune()
         metrics.INCIDENTS_OPEN.set(self.store.count_open())
+
+    def _heal(self) -> None:
+        """After a failure: a database that came back empty gets its schema again."""
+        ensure = getattr(self.store, "ensure_schema", None)
+        if ensure is None:
+            return
+        try:
+            ensure()
+        except Exception:  # noqa: BLE001 - still down, or damaged: readiness reports it
+            log.debug("schema check failed", exc_info=True)
 
     # ---- sending ---------------------------------------------------------------------
     def _send_loop(self, r: ReceiverSettings) -> None:
@@ -185,6 +283,7 @@ class Dispatcher:
         ``block=False``, leave the rest for later). Returns messages sent."""
         bucket = self.buckets[r.name]
         sent = 0
+        self._pay(r)  # outcomes a database failure left unrecorded, first
         while not self._stop.is_set():
             wait = bucket.wait_time()
             if wait > 0:
@@ -198,24 +297,63 @@ class Dispatcher:
                 group_wait_s=self.settings.group_wait_s, limit=n)
             if not claims:
                 break
-            for claim in claims:
-                sent += self._deliver(r, claim)
+            for k, claim in enumerate(claims):
+                try:
+                    sent += self._deliver(r, claim)
+                except Exception:
+                    for rest in claims[k + 1:]:  # give back the ones not tried
+                        self._owe(r, _Owed(rest.delivery_ids, "pending",
+                                           {"in_doubt": rest.in_doubt}))
+                    raise
         return sent
+
+    # ---- bookkeeping that survives a database outage ---------------------------------
+    def _owe(self, r: ReceiverSettings, owed: _Owed) -> None:
+        self._owed[r.name].append(owed)
+
+    def _record(self, r: ReceiverSettings, ids: list[int], status: str,
+                **kwargs: Any) -> int:
+        """``store.finish_deliveries``; when the database fails, remembered (and the error
+        raised): :meth:`_pay` records it before this receiver claims anything else."""
+        try:
+            return self.store.finish_deliveries(ids, self.instance_id, status=status,
+                                                **kwargs)
+        except Exception:
+            self._owe(r, _Owed(ids, status, kwargs))
+            if status == "sent":
+                log.warning("receiver %s: accepted %d deliveries but the store is "
+                            "unreachable; recording them when it is back (not sent again)",
+                            r.name, len(ids))
+            raise
+
+    def _pay(self, r: ReceiverSettings) -> None:
+        owed = self._owed[r.name]
+        while owed:
+            o = owed[0]
+            self.store.finish_deliveries(o.ids, self.instance_id, status=o.status,
+                                         **o.kwargs)
+            owed.pop(0)
+            if o.status == "sent":
+                log.info("receiver %s: recorded %d deliveries accepted during a store "
+                         "outage", r.name, len(o.ids))
 
     def _deliver(self, r: ReceiverSettings, c: Claim) -> int:
         ids = c.delivery_ids
         try:
             now = self.clock()
             if now >= c.lease_until - r.timeout_s:  # earlier sends were slow: give it back
-                self.store.finish_deliveries(ids, self.instance_id, status="pending")
-                return 0
-            silence = self.silences.check(c.incident, r.name)
-            if silence is not None:
-                self._finish(r, c, "silenced", f"silence {silence['id']}")
+                self._record(r, ids, "pending", in_doubt=c.in_doubt)
                 return 0
             kind = message_kind(c)
             if kind is None:
                 self._finish(r, c, "dropped", NOTE_NEVER_SENT)
+                return 0
+            # a silence mutes news, never the resolution of an incident the receiver was
+            # told about (a PagerDuty alert opened before the silence must close)
+            silence = None if (kind == "resolved" and not c.first) else \
+                self.silences.check(c.incident, r.name)
+            if silence is not None:
+                self._finish(r, c, "silenced", f"silence {silence['id']}")
                 return 0
             if c.first and self._fleet_prone(c.incident) and self._inhibited(r, c):
                 return 0
@@ -223,12 +361,30 @@ class Dispatcher:
                           min(e.created_at for e in c.events))
             req = builder(r)(alert, r, now)
             req.headers.setdefault("X-Sentinel-Event-Id", alert.event_id)  # every receiver
+            req.headers.setdefault("Idempotency-Key", alert.event_id)
+            if c.in_doubt:  # an earlier request may have arrived: this may be a repeat
+                req.headers["X-Sentinel-Redelivery"] = "true"
         except Exception as exc:  # a rendering bug must not lose the delivery
+            if self._owed[r.name]:
+                raise  # the store failed: the claim is given back once it is reachable
             log.exception("receiver %s: could not prepare incident %s", r.name, c.incident["id"])
             self._retry(r, c, f"prepare failed: {exc!r}", 0.0)
             return 0
+        try:
+            held = self.store.mark_sending(ids, self.instance_id)
+        except Exception:
+            self._owe(r, _Owed(ids, "pending", {"in_doubt": c.in_doubt}))
+            raise
+        if held < len(ids):  # the lease ran out (a slow pass): someone else may send it
+            log.warning("receiver %s: lease on incident %s lost before sending; not sent",
+                        r.name, c.incident["id"])
+            self._record(r, ids, "pending", in_doubt=c.in_doubt)
+            return 0
+        if c.in_doubt:
+            metrics.DELIVERIES.labels(receiver=r.name, outcome="redelivered").inc(len(ids))
         self.buckets[r.name].take()
         retry_after = 0.0
+        ambiguous = False
         try:
             resp = self.http.post(req.url, content=req.body, headers=req.headers,
                                   timeout=r.timeout_s)
@@ -238,17 +394,22 @@ class Dispatcher:
                 retry_after = _retry_after(resp.headers.get("Retry-After"), self.clock())
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}"[:500]
+            ambiguous = isinstance(exc, AMBIGUOUS) and not isinstance(exc, AMBIGUOUS_NOT)
         if error is not None:
-            self._retry(r, c, error, retry_after)
+            self._retry(r, c, error, retry_after, in_doubt=c.in_doubt or ambiguous)
             return 0
         done = self.clock()
-        kept = self.store.finish_deliveries(ids, self.instance_id, status="sent")
+        kept = self._record(r, ids, "sent")
         if self._failing.pop(r.name, False):  # reachable again: stop backing off the rest
-            n = self.store.expedite_deliveries(r.name)
-            log.info("receiver %s recovered; %d deliveries due now", r.name, n)
+            try:
+                n = self.store.expedite_deliveries(r.name)
+                log.info("receiver %s recovered; %d deliveries due now", r.name, n)
+            except Exception:  # noqa: BLE001 - they wait out their backoff instead
+                log.warning("receiver %s: could not expedite the backlog", r.name,
+                            exc_info=True)
         if kept < len(ids):
-            log.warning("receiver %s: lease on incident %s expired while sending (sent anyway)",
-                        r.name, c.incident["id"])
+            log.warning("receiver %s: incident %s was recorded by another instance while "
+                        "this one sent it", r.name, c.incident["id"])
         metrics.DELIVERIES.labels(receiver=r.name, outcome="sent").inc(len(ids))
         for e in c.events:
             metrics.ALERT_LATENCY.labels(receiver=r.name).observe(max(0.0, done - e.created_at))
@@ -270,10 +431,11 @@ class Dispatcher:
         return True
 
     def _finish(self, r: ReceiverSettings, c: Claim, status: str, note: str) -> None:
-        self.store.finish_deliveries(c.delivery_ids, self.instance_id, status=status, note=note)
+        self._record(r, c.delivery_ids, status, note=note)
         metrics.DELIVERIES.labels(receiver=r.name, outcome=status).inc(len(c.delivery_ids))
 
-    def _retry(self, r: ReceiverSettings, c: Claim, error: str, retry_after: float) -> None:
+    def _retry(self, r: ReceiverSettings, c: Claim, error: str, retry_after: float,
+               in_doubt: bool = False) -> None:
         self._failing[r.name] = True
         limit = self.settings.max_attempts
         if limit and c.attempts >= limit:
@@ -283,8 +445,8 @@ class Dispatcher:
             return
         delay = backoff(c.attempts, self.settings.backoff_base_s, self.settings.backoff_max_s,
                         self.rng, retry_after)
-        self.store.finish_deliveries(c.delivery_ids, self.instance_id, status="pending",
-                                     note=error, retry_at=self.clock() + delay)
+        self._record(r, c.delivery_ids, "pending", note=error, retry_at=self.clock() + delay,
+                     in_doubt=in_doubt)
         metrics.DELIVERIES.labels(receiver=r.name, outcome="failed").inc(len(c.delivery_ids))
         log.warning("receiver %s: incident %s attempt %d failed (%s); retry in %.1fs",
                     r.name, c.incident["id"], c.attempts, error, delay)

@@ -6,6 +6,19 @@ Exactly-once bookkeeping: one outbox row per (incident, version), one delivery r
 transaction-scoped advisory lock on the group plus ``FOR UPDATE SKIP LOCKED`` on the rows, on
 SQLite inside a ``BEGIN IMMEDIATE`` transaction. Rows leased to someone else are skipped until
 the lease expires (a crashed instance's claims are retried by another one).
+
+No message twice (what a crash or a lost database could otherwise cause):
+
+* Just before its request goes out a delivery is marked ``sending_at`` (:func:`mark_sending`,
+  which also proves the lease is still ours). Its answer is recorded as ``sent`` whoever
+  holds the lease by then (the message did reach the receiver), and a sent delivery is never
+  claimed again.
+* Instance ids are stable across restarts (``service.store.identity``): a restarted instance
+  releases its own leases at once (:func:`release_own`) instead of leaving them to expire.
+* The one undecidable case — the process died (or lost the database for longer than the
+  lease) after a request went out and before its answer was recorded — leaves the delivery
+  pending with ``sending_at`` set: it is *in doubt* and is sent again (never lost), carrying
+  the same message id as ``Idempotency-Key`` so the receiver can drop the repeat.
 """
 
 from __future__ import annotations
@@ -49,6 +62,9 @@ class Claim:
     attempts: int = 1  # including this one
     first: bool = True  # nothing was sent to this receiver about the incident before
     lease_until: float = 0.0
+    # an earlier request for one of these deliveries went out and its answer was never
+    # recorded (the sender died or lost the database): the receiver may have it already
+    in_doubt: bool = False
 
 
 def expand_outbox(conn: Connection, route: Route, now: float, limit: int,
@@ -142,8 +158,8 @@ def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: st
             outbox.c.version <= inc.version))).scalar():
         return None
     rows = conn.execute(
-        select(d.id, d.event_id, d.version, d.attempts, d.lease_until, outbox.c.kind,
-               outbox.c.created_at)
+        select(d.id, d.event_id, d.version, d.attempts, d.lease_until, d.sending_at,
+               outbox.c.kind, outbox.c.created_at)
         .join(outbox, outbox.c.id == d.event_id)
         .where(d.incident_id == incident_id, d.receiver == receiver, d.status == "pending")
         .order_by(d.version)
@@ -165,27 +181,63 @@ def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: st
         events=[ClaimedEvent(int(r.event_id), int(r.version), r.kind, float(r.created_at))
                 for r in covered],
         attempts=max(r.attempts for r in covered) + 1, first=not sent_before,
-        lease_until=lease_until,
+        lease_until=lease_until, in_doubt=any(r.sending_at is not None for r in covered),
     )
 
 
+def mark_sending(conn: Connection, ids: list[int], instance: str, now: float) -> int:
+    """The request for ``ids`` goes out now: record it (so a crash before its answer is
+    recorded leaves the deliveries in doubt, not forgotten). Returns the rows this instance
+    still holds under an unexpired lease; fewer than ``ids``: do not send."""
+    d = deliveries.c
+    return conn.execute(
+        update(deliveries)
+        .where(d.id.in_(ids), d.leased_by == instance, d.status == "pending",
+               d.lease_until >= now)
+        .values(sending_at=now)
+    ).rowcount
+
+
 def finish(conn: Connection, ids: list[int], instance: str, *, status: str, now: float,
-           note: str | None = None, retry_at: float | None = None) -> int:
+           note: str | None = None, retry_at: float | None = None,
+           in_doubt: bool = False) -> int:
     """End this instance's lease on ``ids``: ``sent`` / ``silenced`` / ``inhibited`` (a fleet
     incident pages instead) / ``dropped``, or ``pending`` again with ``retry_at``. Returns
-    rows still leased by ``instance``."""
+    rows changed.
+
+    ``sent`` is a fact about the receiver, not about the lease: it is recorded on every
+    still-pending row of ``ids`` even if the lease ran out meanwhile (a database outage
+    longer than the lease), so no instance sends the message again; the other outcomes only
+    apply while this instance holds the lease. ``pending`` with ``in_doubt``: the receiver
+    may have the message (a timeout, or an earlier request in doubt), so the next attempt is
+    marked as a possible repeat too."""
     d = deliveries.c
     values: dict[str, Any] = {"status": status, "leased_by": None, "lease_until": None,
                               "last_error": note}
+    where = [d.id.in_(ids), d.status == "pending"]
     if status == "sent":
         values["sent_at"] = now
+    else:
+        where.append(d.leased_by == instance)
     if status == "pending":
         values["next_attempt_at"] = retry_at if retry_at is not None else now
-    return conn.execute(
-        update(deliveries)
-        .where(d.id.in_(ids), d.leased_by == instance, d.status == "pending")
-        .values(**values)
-    ).rowcount
+        if not in_doubt:  # the attempt was refused: the receiver does not have it
+            values["sending_at"] = None
+    return conn.execute(update(deliveries).where(*where).values(**values)).rowcount
+
+
+def release_own(conn: Connection, instance: str) -> tuple[int, int]:
+    """Give back every lease ``instance`` holds (at start: what the previous run of this
+    instance claimed before it died; at a clean stop: what is left). Returns (released, in
+    doubt): deliveries whose request went out before the answer could be recorded are sent
+    again, marked as possible repeats."""
+    d = deliveries.c
+    mine = (d.leased_by == instance, d.status == "pending")
+    doubt = conn.execute(select(func.count()).select_from(deliveries)
+                         .where(*mine, d.sending_at.is_not(None))).scalar_one()
+    released = conn.execute(update(deliveries).where(*mine)
+                            .values(leased_by=None, lease_until=None)).rowcount
+    return int(released), int(doubt)
 
 
 def expedite(conn: Connection, receiver: str, now: float) -> int:

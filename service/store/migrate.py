@@ -14,9 +14,10 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, inspect, text
 
 from service.store.engine import is_postgres
+from service.store.schema import metadata
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 ADVISORY_LOCK_KEY = 0x5E471E1  # "sentinel" schema lock
@@ -35,6 +36,41 @@ def head_revision() -> str | None:
 def current_revision(engine: Engine) -> str | None:
     with engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+class SchemaDamaged(RuntimeError):
+    """Some of the service's tables are missing and others are not: not repaired by itself
+    (restore the database, or drop what is left so the schema is created afresh)."""
+
+
+def missing_tables(engine: Engine) -> list[str]:
+    """The service's tables that the database does not have (one catalog query)."""
+    with engine.connect() as conn:
+        have = set(inspect(conn).get_table_names())
+    return sorted(set(metadata.tables) - have)
+
+
+def repair(engine: Engine) -> list[str]:
+    """A database that came back empty (dropped and re-created, restored from nothing) gets
+    the schema again: every table missing → ``alembic_version`` cleared and the migrations
+    run from the start, under the same lock as :func:`upgrade` (instances repairing at once
+    do it once). Returns the tables that were missing ([] when none was);
+    :class:`SchemaDamaged` when only some are."""
+    cfg = _config()
+    with engine.connect().execution_options(write=True) as conn, conn.begin():
+        if is_postgres(conn):
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ADVISORY_LOCK_KEY})
+        have = set(inspect(conn).get_table_names())
+        missing = sorted(set(metadata.tables) - have)
+        if not missing:
+            return []
+        if len(missing) < len(metadata.tables):
+            raise SchemaDamaged(f"tables {missing} are missing while the others exist")
+        if "alembic_version" in have:
+            conn.execute(text("DELETE FROM alembic_version"))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+        return missing
 
 
 def upgrade(engine: Engine) -> None:

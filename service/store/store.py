@@ -3,6 +3,7 @@ small API (SQLite or PostgreSQL, chosen by URL)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,21 +12,37 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from service.store import annotations, deliveries, fleets, queries, writes
+from service.store import annotations, deliveries, fleets, queries, retention, writes
 from service.store.deliveries import Claim, Hold, Route
 from service.store.effects import BatchEffects
 from service.store.engine import is_memory_sqlite, is_postgres, make_engine
-from service.store.migrate import upgrade
+from service.store.identity import InstanceLock
+from service.store.migrate import missing_tables, repair, upgrade
+
+log = logging.getLogger("vllm_sentinel.store")
+DAY = 86_400.0
+SCHEMA_CHECK_S = 5.0  # a missing schema is looked for (and re-created) at most this often
 
 
 class Store:
-    """Thread-safe; every method is one short transaction."""
+    """Thread-safe; every method is one short transaction.
+
+    ``incident_retention_days`` / ``stream_retention_days`` (0: keep forever) are applied
+    by :meth:`prune` at most every ``retention_interval_s`` (see :mod:`retention`)."""
 
     def __init__(self, url: str, pool_size: int = 5,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *,
+                 incident_retention_days: float = 0.0, stream_retention_days: float = 0.0,
+                 retention_interval_s: float = 600.0) -> None:
         self.url = url
         self.engine = make_engine(url, pool_size)
         self.clock = clock
+        self.incident_retention_days = incident_retention_days
+        self.stream_retention_days = stream_retention_days
+        self.retention_interval_s = retention_interval_s
+        self._retained_at = float("-inf")
+        self._schema_lock = threading.Lock()
+        self._schema_checked = float("-inf")
         # SQLite has one writer at a time: queue this process's writers on a lock rather
         # than in SQLite's sleeping busy handler (other processes still use busy_timeout)
         self._write_lock: AbstractContextManager[Any] = (
@@ -44,6 +61,38 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def ping(self) -> list[str]:
+        """Readiness: the database answers and has every table. A database that came back
+        empty gets its schema again (:meth:`ensure_schema`); returns the tables re-created
+        ([] normally). Raises when the database cannot be reached, or tables are still
+        missing (:class:`~service.store.migrate.SchemaDamaged`, or re-created by another
+        instance a moment ago and checked again at the next probe)."""
+        missing = missing_tables(self.engine)
+        if not missing:
+            return []
+        repaired = self.ensure_schema(force=True)
+        still = missing_tables(self.engine)
+        if still:
+            raise RuntimeError(f"store tables missing: {', '.join(still)}")
+        return repaired
+
+    def ensure_schema(self, force: bool = False) -> list[str]:
+        """Re-create the schema if the database lost it (every table missing: migrations run
+        from the start). Returns the tables re-created. Looks at most every
+        ``SCHEMA_CHECK_S`` unless ``force``."""
+        with self._schema_lock:
+            if not force and time.monotonic() - self._schema_checked < SCHEMA_CHECK_S:
+                return []
+            self._schema_checked = time.monotonic()
+            if not missing_tables(self.engine):
+                return []
+            with self._write_lock:
+                repaired = repair(self.engine)
+            if repaired:
+                log.warning("store: the database had lost the schema (%s); re-created it at "
+                            "the newest revision", ", ".join(repaired))
+            return repaired
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -90,8 +139,45 @@ class Store:
                 fleets.resolve_finished(conn, resolved, effects.at)
 
     def prune(self, chunks_older_than_s: float = 86_400.0) -> int:
+        """Forget forward chunk ids older than ``chunks_older_than_s``, and (at most every
+        ``retention_interval_s``) incidents and streams past their retention. Rows
+        deleted."""
         with self._write() as conn:
-            return writes.prune_chunks(conn, self.clock() - chunks_older_than_s)
+            n = writes.prune_chunks(conn, self.clock() - chunks_older_than_s)
+        if (self.incident_retention_days > 0 or self.stream_retention_days > 0) and \
+                time.monotonic() - self._retained_at >= self.retention_interval_s:
+            self._retained_at = time.monotonic()
+            n += sum(self.prune_retention().values())
+        return n
+
+    def prune_retention(self, *, incident_days: float | None = None,
+                        stream_days: float | None = None,
+                        max_batches: int = 20) -> dict[str, int]:
+        """Delete resolved incidents and idle streams past their retention (the settings,
+        unless given; 0 keeps forever), ``retention.BATCH`` rows per transaction, at most
+        ``max_batches`` transactions of each. Returns rows deleted by kind."""
+        incident_days = self.incident_retention_days if incident_days is None \
+            else incident_days
+        stream_days = self.stream_retention_days if stream_days is None else stream_days
+        now = self.clock()
+        out = {"incidents": 0, "streams": 0}
+        for kind, days, pick, drop in (
+                ("incidents", incident_days, retention.expired_incidents,
+                 retention.delete_incidents),
+                ("streams", stream_days, retention.expired_streams, retention.delete_streams)):
+            if days <= 0:
+                continue
+            before = now - days * DAY
+            for _ in range(max_batches):
+                with self._write() as conn:
+                    keys = pick(conn, before)
+                    out[kind] += drop(conn, keys, before)
+                if len(keys) < retention.BATCH:
+                    break
+        if any(out.values()):
+            log.info("store: retention removed %d incidents and %d streams",
+                     out["incidents"], out["streams"])
+        return out
 
     # ---- incidents and streams -------------------------------------------------------
     def get_incident(self, id: str) -> dict[str, Any] | None:  # noqa: A002 - API name
@@ -176,11 +262,28 @@ class Store:
             return deliveries.claim(conn, receiver, instance, self.clock(), lease_s,
                                     group_wait_s, limit)
 
+    def mark_sending(self, ids: list[int], instance: str) -> int:
+        """The request for ``ids`` goes out now (see :func:`deliveries.mark_sending`);
+        rows still leased to ``instance`` (fewer than ``ids``: do not send)."""
+        with self._write() as conn:
+            return deliveries.mark_sending(conn, ids, instance, self.clock())
+
     def finish_deliveries(self, ids: list[int], instance: str, *, status: str,
-                          note: str | None = None, retry_at: float | None = None) -> int:
+                          note: str | None = None, retry_at: float | None = None,
+                          in_doubt: bool = False) -> int:
         with self._write() as conn:
             return deliveries.finish(conn, ids, instance, status=status, now=self.clock(),
-                                     note=note, retry_at=retry_at)
+                                     note=note, retry_at=retry_at, in_doubt=in_doubt)
+
+    def release_claims(self, instance: str) -> tuple[int, int]:
+        """Give back every lease ``instance`` holds: (released, in doubt). Only for an
+        instance that holds its :meth:`instance_lock` (no other live process uses the id)."""
+        with self._write() as conn:
+            return deliveries.release_own(conn, instance)
+
+    def instance_lock(self, instance: str) -> InstanceLock:
+        """An (unacquired) lock proving no other live process uses ``instance``."""
+        return InstanceLock(self.engine, instance)
 
     def expedite_deliveries(self, receiver: str) -> int:
         """Deliveries backing off for ``receiver`` become due now (it is reachable again)."""
