@@ -149,9 +149,18 @@ def test_content_type_is_sniffed_when_missing():
     msgpack_body = msgpack.packb([T0, json_record(ROUTES)])
     assert decode_http_body(msgpack_body, None, None)[0][0].text == ROUTES
     json_body = b"  \n" + json.dumps(json_record(STARTUP)).encode()
-    assert decode_http_body(json_body, "application/octet-stream", None)[0][0].text == STARTUP
+    assert decode_http_body(json_body, None, None)[0][0].text == STARTUP
     gz = gzip.compress(json.dumps([json_record(KV_CACHE)]).encode())
     assert decode_http_body(gz, None, None)[0][0].text == KV_CACHE
+
+
+def test_a_foreign_content_type_or_unsniffable_junk_is_refused_not_read_as_text():
+    json_body = json.dumps(json_record(STARTUP)).encode()
+    before = rejects("http", "unsupported_media_type")
+    assert decode_http_body(json_body, "application/octet-stream", None) == ([], 1)
+    assert decode_http_body(ROUTES.encode(), None, None) == ([], 1)  # text needs text/plain
+    assert rejects("http", "unsupported_media_type") == before + 2
+    assert decode_http_body(ROUTES.encode(), "text/plain", None)[0][0].text == ROUTES
 
 
 def test_text_plain_lines_including_cri_lines():

@@ -10,7 +10,17 @@ Bodies understood (``Content-Type`` decides, sniffed when absent or generic):
   ``application/json``); each record carries its time under ``json_date_key`` (``date``).
 * Fluentd ``out_http``: NDJSON (``json_array false``, the default) or a JSON array.
 * ``text/plain``: one raw/CRI/Docker line per line.
-* ``Content-Encoding: gzip`` (Fluent Bit ``compress gzip``), decompressed with a size bound.
+* ``Content-Encoding: gzip`` (Fluent Bit ``compress gzip``), inflated piece by piece under a
+  per-body limit and the process-wide budget of :mod:`service.ingest.budget`.
+
+Without a ``Content-Type`` the body is sniffed: JSON (``{``/``[``) and msgpack (a map or an
+array header) are decoded, anything else is refused (415), as is any other media type
+(``application/octet-stream``, ``image/png``, forms ...): junk is never taken for text lines.
+A body may expand to at most :data:`MAX_RECORDS` records, and a tag is at most
+:data:`MAX_TAG` characters. :func:`decode_body` raises :class:`BodyRefused` (with the HTTP
+status that fits) for a body refused as a whole; :func:`decode_http_body` turns that into
+``([], 1)``. Every refusal is counted in ``sentinel_rejects_total`` and logged at a bounded
+rate (:mod:`service.ratelog`).
 
 Neither collector puts the tag in the body. Convention: the tag travels in the
 :data:`TAG_HEADER` header — Fluent Bit ``header_tag X-Fluent-Tag``; Fluentd
@@ -26,7 +36,8 @@ import json
 from typing import Any
 
 from service import metrics
-from service.ingest.compression import GZIP_MAGIC, gunzip
+from service.ingest.budget import BudgetExhausted, Lease, MiB, gunzip_bounded
+from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import (
     MAX_LINE,
     clean_text,
@@ -36,12 +47,17 @@ from service.ingest.envelope import (
     text_field,
 )
 from service.ingest.msgpack_events import split_event, unpack_all
+from service.ratelog import brief, clip, reject
 from service.records import LogRecord
 
 TAG_HEADER = "X-Fluent-Tag"
+# The longest tag a kubelet path can give: "kube.var.log.containers." + pod (253) + "_" +
+# namespace (63) + "_" + container (63) + "-" + container id (64) + ".log" = 474 characters.
+MAX_TAG = 512
+MAX_DECOMPRESSED_BYTES = 64 * MiB  # one body, once inflated
+MAX_RECORDS = 100_000  # records one body may expand to (a Fluent Bit chunk holds far fewer)
 _SCAN_JSON = json.JSONDecoder().scan_once
 _WHITESPACE = " \t\r\n"
-MAX_DECOMPRESSED_BYTES = 256 << 20
 
 _MSGPACK_TYPES = frozenset(
     ("application/msgpack", "application/x-msgpack", "application/vnd.msgpack")
@@ -61,105 +77,249 @@ _JSON_TYPES = frozenset(
     )
 )
 _TEXT_TYPES = frozenset(("text/plain",))
+ACCEPTED_TYPES = "application/msgpack, application/json, application/x-ndjson, text/plain"
 
 
-def decode_http_body(
-    body: bytes,
-    content_type: str | None,
-    content_encoding: str | None,
-    tag: str | None = None,
-    *,
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
-    max_line: int = MAX_LINE,
-    source: str = "http",
-) -> tuple[list[LogRecord], int]:
-    """``(records, rejected)``: ``rejected`` counts dropped units (entries, JSON lines, or the
-    whole body when it cannot be decompressed). ``tag`` is the stream-key fallback."""
-    encoding = (content_encoding or "").strip().lower()
-    if encoding in ("gzip", "x-gzip") or (not encoding and body.startswith(GZIP_MAGIC)):
-        try:
-            body = gunzip(body, max_decompressed_bytes)
-        except ValueError as exc:
-            metrics.reject(source, "bad_gzip", str(exc))
-            return [], 1
-    elif encoding not in ("", "identity"):
-        metrics.reject(source, "unsupported_encoding", encoding)
-        return [], 1
-    kind = _kind(content_type, body)
-    stream = tag or source
-    if kind == "msgpack":
-        records, rejected = _msgpack(body, tag, stream, source, max_line)
-    elif kind == "json":
-        records, rejected = _json(decode_bytes(body, source), tag, stream, source, max_line)
-    else:
-        records = decode_text(decode_bytes(body, source), stream, source=source, max_line=max_line)
-        if tag:
-            for rec in records:
-                rec.meta.setdefault("tag", tag)
-        rejected = 0
-    if records:
-        metrics.LINES_IN.labels(source=source).inc(len(records))
-    return records, rejected
+class BodyRefused(Exception):
+    """The body is refused as a whole (already counted): ``status`` is the HTTP answer
+    (400 bad tag or corrupt gzip, 413 too large or too many records, 415 media type or
+    encoding, 503 global memory budget spent), ``reason`` the reject reason."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
 
 
-def _kind(content_type: str | None, body: bytes) -> str:
+def _refuse(source: str, status: int, reason: str, message: str, detail: Any = "") -> BodyRefused:
+    reject(source, reason, detail if detail != "" else message)
+    return BodyRefused(status, reason, message)
+
+
+def check_tag(tag: str | None, source: str = "http") -> None:
+    """Refuse (400, counted) a tag longer than :data:`MAX_TAG` characters."""
+    if tag is not None and len(tag) > MAX_TAG:
+        raise _refuse(source, 400, "tag_too_long",
+                      f"tag of {len(tag)} characters (at most {MAX_TAG})", tag)
+
+
+def media_kind(content_type: str | None) -> str | None:
+    """``msgpack``, ``json`` or ``text`` for a media type we decode, ``""`` when there is
+    none (sniff the body), ``None`` for any other (refused)."""
     media = (content_type or "").split(";", 1)[0].strip().lower()
+    if not media:
+        return ""
     if media in _MSGPACK_TYPES:
         return "msgpack"
     if media in _JSON_TYPES or media.endswith("+json"):
         return "json"
     if media in _TEXT_TYPES:
         return "text"
-    head = body.lstrip(b" \t\r\n")[:1]
-    if head in (b"{", b"["):
-        return "json"
-    if head and (0x80 <= head[0] <= 0x9F or 0xDC <= head[0] <= 0xDF):
-        return "msgpack"
-    return "text"
+    return None
+
+
+def check_media(content_type: str | None, source: str = "http") -> str:
+    """:func:`media_kind` of ``content_type``; refuse (415, counted) a foreign one."""
+    kind = media_kind(content_type)
+    if kind is None:
+        raise _refuse(source, 415, "unsupported_media_type",
+                      f"unsupported Content-Type {clip(content_type, 80)} "
+                      f"(send one of {ACCEPTED_TYPES})", f"Content-Type {content_type}")
+    return kind
+
+
+def decode_body(
+    body: bytes | bytearray,
+    content_type: str | None,
+    content_encoding: str | None,
+    tag: str | None = None,
+    *,
+    lease: Lease | None = None,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    max_records: int = MAX_RECORDS,
+    max_line: int = MAX_LINE,
+    source: str = "http",
+) -> tuple[list[LogRecord], int]:
+    """``(records, rejected)`` of one body; raises :class:`BodyRefused` when the whole body
+    is refused. ``rejected`` counts dropped units (entries, JSON lines). ``lease`` (else one
+    of ``max_decompressed_bytes`` over the global budget, released on return) is charged
+    with the inflated bytes as they are produced. ``tag`` is the stream-key fallback."""
+    check_tag(tag, source)
+    kind = check_media(content_type, source)
+    encoding = (content_encoding or "").strip().lower()
+    own = lease is None
+    if lease is None:
+        lease = Lease(max_decompressed_bytes)
+    try:
+        if encoding in ("gzip", "x-gzip") or (
+            encoding in ("", "identity") and body[:2] == GZIP_MAGIC
+        ):
+            body = _inflate(body, lease, source)
+        elif encoding not in ("", "identity"):
+            raise _refuse(source, 415, "unsupported_encoding",
+                          f"unsupported Content-Encoding {clip(encoding, 40)}")
+        if not kind:
+            kind = _sniff(body)
+            if kind is None:
+                raise _refuse(source, 415, "unsupported_media_type",
+                              f"no Content-Type and not JSON or msgpack "
+                              f"(send one of {ACCEPTED_TYPES})", body[:80])
+        stream = tag or source
+        cap = _Cap(max_records, source)
+        if kind == "msgpack":
+            records, rejected = _msgpack(body, tag, stream, source, max_line, cap)
+        elif kind == "json":
+            text = decode_bytes(body, source)
+            del body
+            records, rejected = _json(text, tag, stream, source, max_line, cap)
+        else:
+            text = decode_bytes(body, source)
+            del body
+            cap.lines(text)
+            records = decode_text(text, stream, source=source, max_line=max_line)
+            if tag:
+                for rec in records:
+                    rec.meta.setdefault("tag", tag)
+            rejected = 0
+    finally:
+        if own:
+            lease.release()
+    if records:
+        metrics.LINES_IN.labels(source=source).inc(len(records))
+    return records, rejected
+
+
+def decode_http_body(
+    body: bytes | bytearray,
+    content_type: str | None,
+    content_encoding: str | None,
+    tag: str | None = None,
+    *,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    max_records: int = MAX_RECORDS,
+    max_line: int = MAX_LINE,
+    source: str = "http",
+) -> tuple[list[LogRecord], int]:
+    """As :func:`decode_body`, but a body refused as a whole is ``([], 1)``."""
+    try:
+        return decode_body(body, content_type, content_encoding, tag,
+                           max_decompressed_bytes=max_decompressed_bytes,
+                           max_records=max_records, max_line=max_line, source=source)
+    except BodyRefused:
+        return [], 1
+
+
+def _inflate(body: bytes | bytearray, lease: Lease, source: str) -> bytearray:
+    try:
+        return gunzip_bounded(body, lease)
+    except DecompressedTooLarge:
+        raise _refuse(source, 413, "decompressed_too_large",
+                      f"gzip body expands beyond {lease.limit} bytes") from None
+    except BudgetExhausted as exc:
+        raise _refuse(source, 503, "memory_budget", str(exc)) from None
+    except ValueError as exc:
+        raise _refuse(source, 400, "bad_gzip", f"bad gzip body: {exc}") from None
+
+
+class _Cap:
+    """At most ``limit`` records per body (413 beyond, counted once)."""
+
+    def __init__(self, limit: int, source: str) -> None:
+        self.limit = limit
+        self.source = source
+
+    def check(self, count: int) -> None:
+        if count > self.limit:
+            raise _refuse(self.source, 413, "too_many_records",
+                          f"body expands to more than {self.limit} records")
+
+    def lines(self, text: str) -> None:
+        """Refuse a text body with too many lines before splitting it."""
+        self.check(text.count("\n") + (0 if text.endswith("\n") else 1))
+
+
+def _sniff(body: bytes | bytearray) -> str | None:
+    for byte in body[:4096]:
+        if byte in b" \t\r\n":
+            continue
+        if byte in b"{[":
+            return "json"
+        if 0x80 <= byte <= 0x9F or 0xDC <= byte <= 0xDF:
+            return "msgpack"
+        return None
+    return None if body.strip(b" \t\r\n") else "json"  # blank: nothing to decode
 
 
 def _msgpack(
-    body: bytes, tag: str | None, stream: str, source: str, max_line: int
+    body: bytes | bytearray, tag: str | None, stream: str, source: str, max_line: int,
+    cap: _Cap,
 ) -> tuple[list[LogRecord], int]:
     records: list[LogRecord] = []
     rejected = 0
     try:
         for obj in unpack_all(body):
             rejected += _event(obj, tag, stream, source, max_line, records)
+            cap.check(len(records))
+    except BodyRefused:
+        raise
     except Exception as exc:  # malformed or truncated stream: keep what came before
-        metrics.reject(source, "bad_msgpack", str(exc))
+        reject(source, "bad_msgpack", str(exc))
         rejected += 1
     return records, rejected
 
 
+def _skip_ws(text: str, i: int, n: int) -> int:
+    while i < n and text[i] in _WHITESPACE:
+        i += 1
+    return i
+
+
 def _json(
-    text: str, tag: str | None, stream: str, source: str, max_line: int
+    text: str, tag: str | None, stream: str, source: str, max_line: int, cap: _Cap
 ) -> tuple[list[LogRecord], int]:
-    """A JSON array, NDJSON or concatenated values; a bad value skips to the next line."""
+    """A JSON array, NDJSON or concatenated values; a bad value skips to the next line.
+    A top-level array is read one element at a time, so the record cap stops it early."""
     records: list[LogRecord] = []
     rejected = 0
     i = 0
     n = len(text)
     while True:
-        while i < n and text[i] in _WHITESPACE:
-            i += 1
+        i = _skip_ws(text, i, n)
         if i >= n:
             break
+        at = i
         try:
-            obj, i = _SCAN_JSON(text, i)
+            if text[i] == "[":
+                i = _skip_ws(text, i + 1, n)
+                if i < n and text[i] == "]":
+                    i += 1
+                    continue
+                while True:
+                    at = i
+                    obj, i = _SCAN_JSON(text, i)
+                    rejected += _event(obj, tag, stream, source, max_line, records)
+                    cap.check(len(records))
+                    i = _skip_ws(text, i, n)
+                    if i < n and text[i] == ",":
+                        i = _skip_ws(text, i + 1, n)
+                        continue
+                    if i < n and text[i] == "]":
+                        i += 1
+                        break
+                    at = i
+                    raise ValueError("expected ',' or ']' in a JSON array")
+            else:
+                obj, i = _SCAN_JSON(text, i)
+                rejected += _event(obj, tag, stream, source, max_line, records)
+                cap.check(len(records))
         except (StopIteration, ValueError, RecursionError) as exc:
-            metrics.reject(source, "bad_json", f"{exc!r}: {text[i : i + 200]}")
+            reject(source, "bad_json", f"{exc!r}: {text[at : at + 80]}")
             rejected += 1
-            nl = text.find("\n", i)
+            nl = text.find("\n", at)
             if nl < 0:
                 break
             i = nl + 1
-            continue
-        if type(obj) is list:
-            for item in obj:
-                rejected += _event(item, tag, stream, source, max_line, records)
-        else:
-            rejected += _event(obj, tag, stream, source, max_line, records)
     return records, rejected
 
 
@@ -173,13 +333,13 @@ def _event(
         return 0
     event = split_event(obj)
     if event is None:
-        metrics.reject(source, "bad_record", repr(obj)[:200])
+        reject(source, "bad_record", brief(obj))
         return 1
     t, record = event
     if type(t) is int and t < 0:
         return 0  # Fluent Bit event-format-v2 group start/end marker
     if not isinstance(text_field(record), str | bytes):
-        metrics.reject(source, "no_log_field", repr(record)[:200])
+        reject(source, "no_log_field", brief(record))
         return 1
     out.extend(
         decode_record(record, tag=tag, time=t, stream=stream, source=source, max_line=max_line)

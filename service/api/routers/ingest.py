@@ -7,8 +7,13 @@ Fluentd NDJSON, ``json_stream``, ``text/plain`` lines; ``Content-Encoding: gzip`
 
 The answer is sent only after :meth:`Pipeline.submit` returned, i.e. after the batch is
 stored durably: ``200`` with counts, ``204`` when the body held nothing to store (e.g. only
-event-group markers), ``400`` when nothing in it could be decoded, ``413`` over the size
-limit, ``503`` when the pipeline could not store it (the collector retries). Runtime chunks
+event-group markers), ``400`` when nothing in it could be decoded or the tag is longer than
+``MAX_TAG``, ``413`` over the size limit (as sent, once inflated, or more than
+``MAX_RECORDS`` records), ``415`` for a media type or encoding we do not decode (or no
+``Content-Type`` on a body that is neither JSON nor msgpack), ``503`` when the pipeline
+could not store it or the process-wide decompression budget is in use (the collector
+retries). Bodies and their inflated bytes are charged to that budget while they are decoded
+(:mod:`service.ingest.budget`); every refusal is counted and logged at a bounded rate. Runtime chunks
 of an unfinished line (CRI ``P``) are held by one joiner across requests, as the forward
 server does, and flushed when the closing chunk arrives, after ``IDLE_FLUSH_S``, or at
 shutdown; collectors with ``multiline.parser docker, cri`` already send whole lines.
@@ -16,6 +21,7 @@ shutdown; collectors with ``multiline.parser docker, cri`` already send whole li
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from typing import Annotated
@@ -24,22 +30,31 @@ import anyio
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from service import metrics
 from service.api.auth import WriteAuth
 from service.api.body import MiB, read_body, too_large
 from service.api.deps import PipelineDep
 from service.api.schemas import IngestResult
-from service.ingest.compression import GZIP_MAGIC, gunzip
-from service.ingest.http_body import TAG_HEADER, decode_http_body
+from service.ingest.budget import BudgetExhausted, Lease
+from service.ingest.http_body import (
+    MAX_DECOMPRESSED_BYTES,
+    MAX_RECORDS,
+    TAG_HEADER,
+    BodyRefused,
+    check_media,
+    check_tag,
+    decode_body,
+)
 from service.ingest.joiner import Joiner
+from service.ratelog import RateLimitedLog, reject
 from service.records import LogRecord
 
 log = logging.getLogger("vllm_sentinel.api")
 router = APIRouter(tags=["ingest"])
 SOURCE = "http"
 MAX_BODY = 32 * MiB  # as sent (compressed); Fluent Bit chunks are a few MiB at most
-MAX_DECOMPRESSED = 256 * MiB
+MAX_DECOMPRESSED = MAX_DECOMPRESSED_BYTES  # one body once inflated (64 MiB)
 IDLE_FLUSH_S = 30.0
+_store_log = RateLimitedLog(log)
 
 _OPENAPI_BODY = {
     "requestBody": {
@@ -75,37 +90,45 @@ def chunk_id_of(idempotency_key: str | None) -> str | None:
 @router.post("/ingest", dependencies=[WriteAuth], openapi_extra=_OPENAPI_BODY,
              response_model=IngestResult,
              responses={204: {"description": "nothing to store"},
-                        400: {"description": "nothing decodable (reject counts in detail)"},
-                        413: {"description": "body too large"},
+                        400: {"description": "nothing decodable (reject counts in detail), "
+                                             "or a tag that is too long"},
+                        413: {"description": "body too large, as sent or once inflated, "
+                                             "or too many records"},
+                        415: {"description": "media type or encoding not decoded"},
                         503: {"description": "not stored; retry"}},
              summary="Log batches from Fluent Bit (http output) or Fluentd (out_http)")
 async def ingest(
     request: Request,
     pipeline: PipelineDep,
-    tag: Annotated[str | None, Query(max_length=1024)] = None,
+    tag: Annotated[str | None, Query()] = None,
     x_fluent_tag: Annotated[str | None, Header(alias=TAG_HEADER)] = None,
     content_type: Annotated[str | None, Header()] = None,
     content_encoding: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> Response:
+    try:  # refuse what we can before reading the body
+        check_tag(x_fluent_tag, SOURCE)
+        check_tag(tag, SOURCE)
+        check_media(content_type, SOURCE)
+    except BodyRefused as exc:
+        raise _refused(exc) from None
     body = await read_body(request, MAX_BODY)
-    enc = (content_encoding or "").strip().lower()
-    if enc in ("gzip", "x-gzip") or (enc in ("", "identity") and body.startswith(GZIP_MAGIC)):
-        try:
-            body = await anyio.to_thread.run_sync(gunzip, body, MAX_DECOMPRESSED)
-        except ValueError as exc:
-            metrics.reject(SOURCE, "bad_gzip", str(exc))
-            if "beyond" in str(exc):
-                raise too_large(MAX_DECOMPRESSED) from None
-            raise HTTPException(status_code=400, detail={
-                "message": f"bad gzip body: {exc}", "accepted": 0, "rejected": 1}) from None
-    elif enc not in ("", "identity"):
-        metrics.reject(SOURCE, "unsupported_encoding", enc)
-        raise HTTPException(status_code=415, detail=f"unsupported Content-Encoding {enc}")
-
-    records, rejected = await anyio.to_thread.run_sync(
-        lambda: decode_http_body(body, content_type, "identity", x_fluent_tag or tag,
-                                 source=SOURCE))
+    lease = Lease(MAX_DECOMPRESSED)
+    try:
+        lease.hold(len(body))
+        decode = functools.partial(
+            decode_body, body, content_type, content_encoding, x_fluent_tag or tag,
+            lease=lease, max_records=MAX_RECORDS, source=SOURCE)
+        del body  # only the decoder holds it now
+        records, rejected = await anyio.to_thread.run_sync(decode)
+        del decode
+    except BudgetExhausted as exc:
+        reject(SOURCE, "memory_budget", str(exc))
+        raise _refused(BodyRefused(503, "memory_budget", str(exc))) from None
+    except BodyRefused as exc:
+        raise _refused(exc) from None
+    finally:
+        lease.release()
     joiner = joiner_of(request)
     records = joiner.feed(records) + joiner.flush_idle(IDLE_FLUSH_S)
     if not records:
@@ -118,11 +141,24 @@ async def ingest(
     return JSONResponse(IngestResult(accepted=len(records), rejected=rejected).model_dump())
 
 
+def _refused(exc: BodyRefused) -> HTTPException:
+    """The HTTP answer to a body refused as a whole (already counted and logged)."""
+    if exc.status == 400 and exc.reason == "bad_gzip":
+        return HTTPException(status_code=400, detail={
+            "message": exc.message, "accepted": 0, "rejected": 1})
+    if exc.status == 413 and exc.reason == "decompressed_too_large":
+        return too_large(MAX_DECOMPRESSED)
+    if exc.status == 503:
+        return HTTPException(status_code=503, detail=exc.message, headers={"Retry-After": "5"})
+    return HTTPException(status_code=exc.status, detail=exc.message)
+
+
 async def submit(pipeline: object, records: list[LogRecord], chunk_id: str | None) -> None:
     try:
         await pipeline.submit(records, source=SOURCE, chunk_id=chunk_id)  # type: ignore[attr-defined]
     except Exception as exc:
-        log.exception("ingest: pipeline refused a batch of %d records", len(records))
+        _store_log.error("pipeline_refused", "ingest: pipeline refused a batch of %d records",
+                         len(records), exc_info=True)
         raise HTTPException(status_code=503, detail=f"not stored, retry: {type(exc).__name__}",
                             headers={"Retry-After": "5"}) from None
 
