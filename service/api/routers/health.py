@@ -1,4 +1,5 @@
-"""``/healthz`` (process alive), ``/readyz`` (store reachable and service ready),
+"""``/healthz`` (process alive), ``/readyz`` (store reachable with its schema — re-created
+if the database came back empty — and service ready),
 ``/metrics`` (Prometheus). All open: probes and scrapers carry no token."""
 
 from __future__ import annotations
@@ -28,13 +29,20 @@ async def healthz(ctx: Ctx) -> Health:
 
 
 def store_check(ctx: ServiceContext) -> tuple[bool, str | None]:
+    """Whether the store answers with every table. A database that came back empty (dropped
+    and re-created, restored from nothing) gets its schema again here (``Store.ping`` runs
+    the migrations), so readiness returns without a restart."""
     if ctx.store is None:
         return False, "no store"
     try:
         for probe in ("ping", "count_open", "stats"):  # the cheapest the store offers
             fn = getattr(ctx.store, probe, None)
             if callable(fn):
-                fn()
+                repaired = fn()
+                if probe == "ping" and repaired:
+                    ctx.extra["schema_recreated_at"] = time.time()
+                    log.warning("readiness: store schema re-created (%s)",
+                                ", ".join(map(str, repaired)))
                 break
         return True, None
     except Exception as exc:  # any failure means not ready
@@ -62,6 +70,8 @@ def readyz(ctx: Ctx) -> Response:
     checks: dict[str, Any] = {"started": ctx.ready, "store": store_ok}
     if error:
         checks["store_error"] = error
+    if "schema_recreated_at" in ctx.extra:  # informational: the database came back empty
+        checks["store_schema_recreated_at"] = ctx.extra["schema_recreated_at"]
     kafka = kafka_status(ctx)
     if kafka is not None:
         checks["kafka"] = kafka  # informational: a replica without partitions is still ready
