@@ -8,6 +8,7 @@ No FastAPI, Kafka or database here: the CLI, the service and the tests drive thi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -53,6 +54,14 @@ class Change:
     incident: Incident
 
 
+# Lines of other programs (runtimes, kernel, transports, C++ services) that print no level:
+# these words send them to the text model, which abstains on what it does not know.
+_FAILURE_WORDS = re.compile(
+    r"\b(?:fail(?:ed|ure|s)?|errors?|fatal|cannot|can't|unable to|refused|denied|killed|"
+    r"segmentation fault|core dumped|abort(?:ed|ing)?|panic|timed out|out of memory|"
+    r"no such file|not found|mismatch|invalid|exception|xid)\b",
+    re.IGNORECASE,
+)
 MAX_WORKLOADS = 100_000  # last-good facts kept in memory (least recently started go first)
 
 
@@ -318,6 +327,9 @@ class Classifier:
             return "error"
         if line.kind == L.NCCL and line.level == "WARNING":
             return "error"
+        if line.kind == L.PLAIN and line.level is None and _FAILURE_WORDS.search(
+                line.message[:300]):
+            return "error"  # another program's failure without a level: the model decides
         return None
 
     def _check_disagreement(self, line: L.Line, category: str) -> None:

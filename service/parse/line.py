@@ -53,6 +53,17 @@ _NCCL = re.compile(
 _TORCH = re.compile(
     r"\[(?P<level>[EWIF])(?:\d{4} [\d:.]+(?: \d+)?)? ?(?P<src>[\w.]+:\d+)\] ?(?P<msg>.*)", re.S
 )
+# A severity written by another program's logger near the start of a plain line.
+_PLAIN_LEVEL = re.compile(
+    r"\b(?:ERROR|FATAL|CRITICAL|PANIC|ERR|EMERG)\b|level=(?:error|fatal|panic|crit)"
+    r"|\[(?:error|fatal|crit|E)\]|^(?:[\w.\-]+: )?(?:error|fatal)(?:\[\w+\])?:"
+)
+# glog (C++ services: Mooncake, NIXL, ...): "E1203 12:00:00.123456  1234 file.cc:42] msg"
+_GLOG = re.compile(
+    r"(?P<level>[EWIF])(?:\d{4}|\d{8}) \d\d:\d\d:\d\d(?:\.\d+)?[ \t]+(?:\d+[ \t]+)?"
+    r"(?P<src>[\w.\-/]+:\d+)\] ?(?P<msg>.*)",
+    re.S,
+)
 _FRAME = re.compile(r'\s*File "(?P<path>[^"]+)", line (?P<lineno>\d+), in (?P<func>[\w<>.]+)')
 _EXCEPTION = re.compile(
     r"(?P<exc>(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Fault))"
@@ -76,6 +87,7 @@ _WRAPPERS = re.compile(
     r"|\[pod/[^\]]+\] "  # kubectl logs --prefix
     r"|-?\s*[\w.<>]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "  # python logging default
     r"|\d{1,4}: "  # srun --label
+    r"|\[[ \t]*\d{1,10}\.\d{6}\][ \t]*"  # dmesg / kernel ring buffer time
     r")"
 )
 _TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
@@ -126,8 +138,45 @@ def clean(text: str) -> str:
     return text
 
 
-def parse_line(raw: str) -> Line:
-    """Parse one physical line; never raises. Patterns see its first ``PATTERN_CAP`` chars."""
+# Pasted logs (tickets, chat, wikis): markdown quotes, table pipes, list bullets, code fences
+# and emphasis around a line; a tqdm bar glued in front of the real message.
+_DECOR_START = frozenset(">|`*-+\u2022")
+_QUOTE = re.compile(r"[ \t]*(?:>[ \t]?)+")
+_BULLET = re.compile(r"[ \t]*(?:[-*+\u2022])[ \t]+(?=\S)")
+_FENCE = re.compile(r"[ \t]*(?:```|~~~)[\w+-]*[ \t]*$")
+_TQDM_TAIL = re.compile(r"\d{1,3}%\|[^|\n]{0,200}\|[^\]\n]{0,160}\]")
+
+
+def undecorate(text: str) -> str:
+    """Remove what pasting added around a log line (never the line's own indentation of a
+    traceback frame: a quote marker and one space go, the frame's spaces stay)."""
+    if _FENCE.match(text):
+        return ""
+    c = text.lstrip()[:1]
+    if c == ">":
+        text = _QUOTE.sub("", text, count=1)
+    elif c == "|" and text.count("|") == 2 and text.rstrip().endswith("|"):
+        text = text.strip()[1:-1].strip()  # a markdown table cell
+    elif c in "-*+\u2022" and not text.lstrip().startswith(("**", "--", "++")):
+        m = _BULLET.match(text)
+        if m and not text[m.end():].startswith(("-", "*")):
+            text = text[m.end():]
+    if text.lstrip().startswith("**"):
+        text = text.replace("**", "")
+    if text.lstrip().startswith("`"):
+        text = text.strip().strip("`")
+    if "%|" in text:
+        tail = None
+        for m in _TQDM_TAIL.finditer(text):
+            tail = m
+        if tail is not None and text[tail.end():].strip():
+            text = text[tail.end():].lstrip()
+    return text
+
+
+def parse_line(raw: str, *, pasted: bool = True) -> Line:
+    """Parse one physical line; never raises. Patterns see its first ``PATTERN_CAP`` chars;
+    ``pasted``: undo one layer of paste decoration first."""
     if len(raw) > PATTERN_CAP:
         line = parse_line(raw[:PATTERN_CAP])
         line.text = line.text + raw[PATTERN_CAP:].rstrip("\r\n")
@@ -135,12 +184,20 @@ def parse_line(raw: str) -> Line:
     text = clean(raw)
     if not text.strip():
         return Line(text=text, message="", kind=EMPTY)
+    if pasted and (text[0] in _DECOR_START or "%|" in text):
+        bare = undecorate(text)
+        if bare != text:
+            line = parse_line(bare, pasted=False) if bare.strip() else Line(text=bare, message="", kind=EMPTY)
+            line.text = text  # evidence shows the line as it came
+            return line
 
     # Fast path: vLLM header, optionally behind process prefixes.
     process = pid = rank = None
     rest = text
-    if text[0] == " " and text.lstrip()[:1] == "(":
-        rest = text = text.lstrip()
+    if text[0] in " \t":
+        stripped = text.lstrip()
+        if stripped[:1] == "(" or _HEADER.match(stripped) or _GLOG.match(stripped):
+            rest = text = stripped
     if text[0] == "(":
         m = _PREFIXES.match(text)
         if m:
@@ -260,8 +317,13 @@ def _classify_other(line: Line) -> None:
         f = _FRAME.match(msg)
         if f:
             line.kind, line.func = FRAME, f.group("func")
-        else:
-            line.kind = CODE
+            return
+        bare = msg.lstrip()
+        e = _EXCEPTION.match(bare) if _maybe_exception(bare) else None
+        if e and ":" in bare:  # "  RuntimeError: CUDA error: ..." pasted with an indent
+            line.kind, line.exc, line.level, line.message = EXCEPTION, e.group("exc"), "ERROR", bare
+            return
+        line.kind = CODE
         return
     if c in "^~":
         line.kind = CODE
@@ -269,6 +331,12 @@ def _classify_other(line: Line) -> None:
     if c == "T" and msg.startswith("Traceback (most recent call last)"):
         line.kind = TRACEBACK
         return
+    if c in "EWIF" and msg[1:2].isdigit():
+        g = _GLOG.match(msg)
+        if g:
+            line.kind, line.level, line.message = TORCH, _LEVELS[g.group("level")], g.group("msg")
+            line.fileinfo = g.group("src")
+            return
     if c == "[":
         t = _TORCH.match(msg)
         if t:
@@ -305,3 +373,6 @@ def _classify_other(line: Line) -> None:
     e = _EXCEPTION.match(msg) if _maybe_exception(msg) else None
     if e:
         line.kind, line.exc, line.level = EXCEPTION, e.group("exc"), "ERROR"
+        return
+    if line.level is None and _PLAIN_LEVEL.search(msg[:80]):
+        line.level = "ERROR"
