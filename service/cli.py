@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 from service.ingest.envelope import Format
@@ -30,6 +31,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="input envelope (default: detect per line)")
     c.add_argument("--no-model", action="store_true", help="signatures only")
     c.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    c.add_argument("--now", nargs="?", const="now", metavar="TIME",
+                   help="a live capture (kubectl logs): check start-up stalls against this "
+                   "time (epoch or ISO 8601; bare --now: the current time) instead of the "
+                   "log's last timestamp")
 
     t = sub.add_parser("train", help="rebuild the text model from training_data/ into models/")
     t.add_argument("args", nargs=argparse.REMAINDER)
@@ -167,7 +172,16 @@ def _classify(args: argparse.Namespace) -> int:
         print("vllm-sentinel classify: no log lines could be read from "
               f"{', '.join(args.files)} (see --format, -v for the rejects)", file=sys.stderr)
         return 2
-    reports = classify_records(records, clf)
+    now = None
+    if args.now is not None:
+        from service.api.timespec import parse_instant
+
+        try:
+            now = time.time() if args.now == "now" else parse_instant(args.now)
+        except ValueError as exc:
+            print(f"vllm-sentinel classify: --now: {exc}", file=sys.stderr)
+            return 2
+    reports = classify_records(records, clf, now=now)
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and not os.environ.get("NO_COLOR"))
     failed = False
@@ -187,7 +201,16 @@ def _human(rep: dict[str, Any], colour: bool) -> str:
 
     out = [f"== {rep['stream']}: {rep['status']} (reached {rep['stage'] or 'nothing'}, "
            f"{rep['lines']} lines)"]
-    if not rep["incidents"]:
+    stopped = rep.get("stopped")
+    if not rep["incidents"] and stopped:
+        quiet = stopped.get("no_progress_s")
+        limit = stopped.get("deadline_s")
+        out.append("   " + c("other", f"not healthy yet: the log ends during "
+                              f"{stopped['stage'] or 'start-up'}")
+                   + (f", no progress for {quiet / 60:.1f} min" if quiet is not None else "")
+                   + (f" (stall deadline {limit / 60:.0f} min; --now checks a live capture)"
+                      if limit else ""))
+    elif not rep["incidents"]:
         out.append("   " + c("none", "healthy: no incident"))
     for w in rep.get("warnings", []):
         out.append(f" ~ warning {w['category']} ({w['rule']}): {w.get('detail') or w['line'][:200]}")
@@ -195,7 +218,7 @@ def _human(rep: dict[str, Any], colour: bool) -> str:
         head = f"{inc['tier']}/{inc['category']} at {inc['stage']}"
         out.append(f" * {c(inc['tier'], head)}  [{inc['severity']}, {inc['status']}, "
                    f"{inc['method']} {inc['rule'] or ''} {inc['confidence']:.2f}]")
-        out.append(f"   root cause: {inc['line'][:300]}")
+        out.append(f"   root cause: {inc['line'][:4000]}")  # whole: the first move needs it
         if inc.get("explanation"):
             out.append(f"   why: {inc['explanation']}")
         if inc.get("restarts"):

@@ -106,7 +106,7 @@ def test_the_report_shape_is_the_cli_json_shape(client: TestClient) -> None:
     r = client.post("/classify", content=(REAL / "kv-cache-too-small.log").read_bytes())
     rep = r.json()["reports"][0]
     assert set(rep) == {"stream", "status", "stage", "incidents", "facts", "timeline", "meta",
-                        "warnings",
+                        "warnings", "stopped",
                         "lines"}
     inc = rep["incidents"][0]
     for key in ("id", "status", "severity", "tier", "category", "stage", "confidence", "method",

@@ -239,6 +239,9 @@ class StreamReport(_Open):
     timeline: dict[str, Any]
     meta: dict[str, Any]
     lines: int
+    stopped: dict[str, Any] | None = Field(
+        None, description="the log ends mid-startup: the stage it stopped in, since when, "
+        "seconds without progress and that stage's stall deadline")
 
 
 class ClassifyResponse(BaseModel):

@@ -62,6 +62,12 @@ _FAILURE_WORDS = re.compile(
     r"no such file|not found|mismatch|invalid|exception|xid)\b",
     re.IGNORECASE,
 )
+# "waiting for ..." repeated this often in one stage, over at least this long when the lines
+# carry times, is a stall even before the stage's deadline (Ray placement, rendezvous, peers)
+_WAITING = re.compile(r"\b(?:waiting for|still waiting|waiting on|wait for .{0,40} to "
+                      r"(?:start|connect|join|be ready))\b", re.IGNORECASE)
+WAIT_REPEATS = 5
+WAIT_MIN_SPAN_S = 120.0
 MAX_WORKLOADS = 100_000  # last-good facts kept in memory (least recently started go first)
 
 
@@ -152,6 +158,8 @@ class Classifier:
         st.seq += 1
         if time is not None:
             st.last_time = time
+            if st.first_time is None:
+                st.first_time = time
         changes: list[Change] = []
         kind = line.kind
 
@@ -198,6 +206,9 @@ class Classifier:
         if hits.serving and "throughput" in line.message and not st.shutting_down:
             self._stats_checks(st, line.text, time, changes)
 
+        if (st.status == STARTING and not st.shutting_down and not hits.stages
+                and _WAITING.search(line.message[:300])):
+            self._waiting(st, line, time, changes)
         finding = (None if hits.benign and not hits.signatures
                    else self._finding(st, line, hits.signatures, time))
         if finding is not None:
@@ -222,6 +233,7 @@ class Classifier:
         st.shutting_down = False
         st.frame_hint = {}
         st.facts = {}
+        st.first_time = st.last_time
         _merge_meta(st, st.meta, self.rules)
 
     def _advance(self, st: StreamState, stage: str, time: float | None,
@@ -488,6 +500,33 @@ class Classifier:
         )
         self._attach(st, f, changes)
 
+    def _waiting(self, st: StreamState, line: L.Line, time: float | None,
+                 changes: list[Change]) -> None:
+        """The same "waiting for ..." line again and again in one stage, with no progress
+        in between, is a hang written in the text (also in an offline log)."""
+        template = mask(line.message)[:200]
+        w = st.extra.get("waiting")
+        if not w or w.get("template") != template or w.get("stage") != st.stage:
+            st.extra["waiting"] = {"template": template, "stage": st.stage, "count": 1,
+                                   "first": time}
+            return
+        w["count"] += 1
+        span = (time - w["first"]) if time is not None and w.get("first") is not None else None
+        if w["count"] < WAIT_REPEATS or (span is not None and span < WAIT_MIN_SPAN_S) \
+                or st.current() is not None:
+            return
+        stage = st.stage or "distributed_init"
+        category = stalls.STALL_CATEGORY.get(stage, "unknown")
+        quiet = f" over {span / 60:.1f} min" if span is not None else ""
+        self._judgement(
+            st, f"{stalls.STALL_PREFIX}{stage}", category,
+            f"stuck in {stage}: the same wait repeated {w['count']} times{quiet} with no "
+            f"progress: {line.message[:300]}", line.text, time, changes, role="symptom",
+            stage=stage)
+        inc = st.current()
+        if inc is not None:
+            inc.extra["stall"] = True
+
     def _startup_checks(self, st: StreamState, line: L.Line, time: float | None,
                         changes: list[Change]) -> None:
         model = st.facts.get("model", "")
@@ -508,21 +547,26 @@ class Classifier:
         """Timer check: open a stall incident for every startup stuck past its deadline."""
         changes: list[Change] = []
         for st in self.streams.values():
-            if st.status != STARTING or st.shutting_down or st.current() is not None:
-                continue
-            since = st.last_stage_change if st.last_stage_change is not None else st.last_time
-            waited = stalls.overdue(st.stage, since, now, self.stall_deadlines)
-            if waited is None:
-                continue
-            category = stalls.STALL_CATEGORY.get(st.stage or "", "unknown")
-            self._judgement(
-                st, f"{stalls.STALL_PREFIX}{st.stage}", category,
-                f"stalled in {st.stage} for {waited / 60:.0f} min; last line: {st.last_line[:300]}",
-                st.last_line, now, changes, role="symptom", stage=st.stage)
-            inc = st.current()
-            if inc is not None:
-                inc.extra["stall"] = True
+            self.check_stall(st, now, changes)
         return changes
+
+    def check_stall(self, st: StreamState, now: float, changes: list[Change]) -> None:
+        """Open a stall incident when ``st`` is stuck in a startup stage past its deadline
+        at ``now`` (the service's clock, or the end of an offline log / ``--now``)."""
+        if st.status != STARTING or st.shutting_down or st.current() is not None:
+            return
+        since = st.last_stage_change if st.last_stage_change is not None else st.first_time
+        waited = stalls.overdue(st.stage, since, now, self.stall_deadlines)
+        if waited is None:
+            return
+        category = stalls.STALL_CATEGORY.get(st.stage or "", "unknown")
+        self._judgement(
+            st, f"{stalls.STALL_PREFIX}{st.stage}", category,
+            f"stalled in {st.stage} for {waited / 60:.0f} min; last line: {st.last_line[:300]}",
+            st.last_line, now, changes, role="symptom", stage=st.stage)
+        inc = st.current()
+        if inc is not None:
+            inc.extra["stall"] = True
 
     def _note(self, st: StreamState, line: L.Line, changes: list[Change]) -> None:
         """Lines after the first error are the incident's evidence."""

@@ -28,6 +28,7 @@ class StreamState:
     shutting_down: bool = False
     seq: int = 0  # lines seen
     last_time: float | None = None
+    first_time: float | None = None  # time of the first line of the current run
     last_line: str = ""
     last_stage_change: float | None = None
     frame_hint: dict[str, str] = field(default_factory=dict)  # process → stage of deepest frame
@@ -47,7 +48,8 @@ class StreamState:
             "key": self.key, "meta": self.meta, "run": self.run, "status": self.status,
             "stage": self.stage, "timeline": self.timeline, "facts": self.facts,
             "last_good_facts": self.last_good_facts, "shutting_down": self.shutting_down,
-            "seq": self.seq, "last_time": self.last_time, "last_line": self.last_line,
+            "seq": self.seq, "last_time": self.last_time, "first_time": self.first_time,
+            "last_line": self.last_line,
             "last_stage_change": self.last_stage_change, "frame_hint": self.frame_hint,
             "incidents": [i.to_dict() for i in self.incidents], "runs_failed": self.runs_failed,
             "extra": self.extra,

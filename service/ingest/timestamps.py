@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import calendar
 import math
+import re
 import struct
 from typing import Any
 
@@ -147,4 +148,32 @@ def to_epoch(value: Any) -> float | None:
     if isinstance(value, msgpack.ExtType) and value.code == 0 and len(value.data) == 8:
         sec, nsec = _EVENT_TIME.unpack(value.data)
         return sec + nsec / 1e9
+    return None
+
+
+# ---- times written in the log line itself (offline logs without an envelope time) --------
+_LINE_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?")
+_LINE_MD = re.compile(r"(?<![\d-])(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")  # vLLM "12-02 14:58:06"
+_LINE_GLOG = re.compile(r"\[?[EWIF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)")  # glog / torch c10
+
+
+def line_time(text: str, year: int) -> float | None:
+    """Epoch seconds of the time a log line prints near its start (ISO 8601, vLLM's
+    ``MM-DD HH:MM:SS`` or glog's ``Lmmdd HH:MM:SS``, read as UTC; ``year`` fills in the
+    year the last two omit), or None."""
+    head = text[:160]
+    m = _LINE_ISO.search(head)
+    try:
+        if m:
+            y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+            frac = float("0." + m.group(7)) if m.group(7) else 0.0
+            return calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + frac
+        m = _LINE_MD.search(head) or _LINE_GLOG.search(head)
+        if m:
+            mo, d, h, mi, s = (int(g) for g in m.groups())
+            if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s < 61):
+                return None
+            return float(calendar.timegm((year, mo, d, h, mi, s, 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
     return None
