@@ -1,6 +1,12 @@
 # vllm-sentinel: slim, non-root image.
 #   docker build -t vllm-sentinel .
-#   docker run -p 8080:8080 -p 24224:24224 -e SENTINEL_API__TOKEN=... vllm-sentinel
+#   docker run -p 8080:8080 -e SENTINEL_API__TOKEN=... vllm-sentinel
+# The Fluentd forward port listens on the container's loopback only (unreachable from
+# outside) unless you open it, which needs a shared key (the service refuses to start
+# otherwise):
+#   docker run -p 8080:8080 -p 24224:24224 -e SENTINEL_API__TOKEN=... \
+#     -e SENTINEL_SOURCES__FORWARD__HOST=0.0.0.0 -e SENTINEL_SOURCES__FORWARD__SHARED_KEY=... \
+#     vllm-sentinel
 # Configuration: SENTINEL_* environment variables (nested with "__", see
 # deploy/sentinel.example.yaml) and/or a YAML file mounted at /etc/vllm-sentinel/sentinel.yaml
 # and passed as `--config /etc/vllm-sentinel/sentinel.yaml` (the container's args).
@@ -24,17 +30,19 @@ RUN pip install -e /app \
  && mkdir -p /var/lib/vllm-sentinel /etc/vllm-sentinel \
  && chown 10001:10001 /var/lib/vllm-sentinel
 
-# Inside a container the listeners must bind beyond loopback. The API then refuses to start
-# without SENTINEL_API__TOKEN (or SENTINEL_ALLOW_UNAUTHENTICATED=1). SQLite is the
+# Inside a container the API must bind beyond loopback; it then refuses to start without
+# SENTINEL_API__TOKEN (or SENTINEL_ALLOW_UNAUTHENTICATED=1). The forward port is not opened
+# here: setting its host in the environment would also re-enable it where a config file
+# turns it off (sources.forward: null, as in deploy/kubernetes). SQLite is the
 # single-replica default; several replicas need SENTINEL_STORE__URL=postgresql://...
 ENV SENTINEL_API__HOST=0.0.0.0 \
     SENTINEL_API__PORT=8080 \
-    SENTINEL_SOURCES__FORWARD__HOST=0.0.0.0 \
     SENTINEL_STORE__URL=sqlite:////var/lib/vllm-sentinel/sentinel.db
 
 USER 10001:10001
 WORKDIR /var/lib/vllm-sentinel
 VOLUME ["/var/lib/vllm-sentinel"]
+# 24224 (forward) answers only once opened with a shared key, see the top of this file
 EXPOSE 8080 24224
 
 # No curl in slim images: probe /healthz with the interpreter we already have.

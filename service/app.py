@@ -22,7 +22,7 @@ from typing import Any
 import uvicorn
 
 from service.api.app import create_app
-from service.api.auth import check_auth_config
+from service.api.auth import check_auth_config, check_forward_config
 from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
 from service.classify.novelty import NoveltyDetector
@@ -32,6 +32,7 @@ from service.context import ServiceContext
 from service.ingest.forward import ForwardServer
 from service.notify.dispatcher import Dispatcher
 from service.pipeline import Pipeline
+from service.ratelog import loop_exception_handler
 from service.store import Store
 from service.store.identity import default_instance_id
 
@@ -132,7 +133,12 @@ def build(settings: Settings) -> Service:
             return await pipeline.submit(records, source="forward", chunk_id=chunk_id)
 
         svc.forward = ForwardServer(sink, fwd.host, fwd.port, shared_key=fwd.shared_key,
-                                    tls=tls, self_hostname=fwd.self_hostname, chunk_ids=True)
+                                    tls=tls, self_hostname=fwd.self_hostname, chunk_ids=True,
+                                    max_message_bytes=fwd.max_message_bytes,
+                                    max_connections=fwd.max_connections,
+                                    idle_timeout=fwd.idle_timeout_s,
+                                    max_pending_bytes=fwd.max_pending_bytes,
+                                    allow_unauthenticated=fwd.allow_unauthenticated)
     if settings.sources.kafka is not None:
         from service.ingest.kafka_source import make_kafka_source
 
@@ -151,6 +157,8 @@ def build(settings: Settings) -> Service:
 async def run(svc: Service) -> None:
     """Serve until uvicorn is told to exit (SIGTERM/SIGINT), then stop cleanly."""
     s = svc.ctx.settings
+    # accept() out of descriptors: one bounded line, not one traceback per waiting connection
+    asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
     app = create_app(svc.ctx)
     server = _Server(uvicorn.Config(app, host=s.api.host, port=s.api.port,
                                     log_level="info", access_log=False, lifespan="on"))
@@ -173,6 +181,7 @@ def serve(config: str | None = None) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per webhook sent
     settings = load_settings(config)
     check_auth_config(settings.api)  # refuse an open API on a non-loopback host before any work
+    check_forward_config(settings.sources.forward)  # nor an open forward port
     svc = build(settings)
     log.info("vllm-sentinel %s: store %s, api %s:%s, kafka %s, receivers %s",
              svc.ctx.instance_id, _redact(settings.store.url), settings.api.host,

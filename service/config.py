@@ -12,8 +12,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+def check_secret(value: str | None) -> str | None:
+    """A token or shared key is unset (None) or real: an empty or whitespace-only value is
+    refused rather than taken as "no auth" or as a key anyone can guess."""
+    if value is not None and not value.strip():
+        raise ValueError("is empty or whitespace only; leave it unset (null) for none")
+    return value
 
 
 class ApiSettings(BaseModel):
@@ -22,6 +30,11 @@ class ApiSettings(BaseModel):
     token: str | None = None  # bearer token for writes and ingest; None = no auth (dev only)
     read_token: str | None = None  # optional bearer token for reads as well
     allow_unauthenticated: bool = False  # permit no token on a non-loopback host (not advised)
+
+    @field_validator("token", "read_token")
+    @classmethod
+    def _no_blank_token(cls, value: str | None) -> str | None:
+        return check_secret(value)
 
 
 class StoreSettings(BaseModel):
@@ -61,10 +74,21 @@ class KafkaSettings(BaseModel):
 class ForwardSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 24224
+    # required beyond loopback (the service refuses to start without it there)
     shared_key: str | None = None
+    allow_unauthenticated: bool = False  # permit no shared_key on a non-loopback host
     self_hostname: str = "vllm-sentinel"
     tls_cert: str | None = None
     tls_key: str | None = None
+    max_connections: int = Field(512, ge=1)  # one more is accepted and closed at once
+    idle_timeout_s: float = Field(120.0, gt=0)  # close a connection silent this long
+    max_message_bytes: int = Field(32 << 20, ge=1024)  # one frame, as sent
+    max_pending_bytes: int = Field(128 << 20, ge=1024)  # unfinished frames, all connections
+
+    @field_validator("shared_key")
+    @classmethod
+    def _no_blank_key(cls, value: str | None) -> str | None:
+        return check_secret(value)
 
 
 class SourcesSettings(BaseModel):

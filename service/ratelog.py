@@ -147,6 +147,23 @@ class RejectLogFilter(logging.Filter):
 
 
 REJECTS_LOG = RateLimitedLog(REJECT_LOGGER)
+_LOOP_LOG = RateLimitedLog("vllm_sentinel.loop")
+
+
+def loop_exception_handler(loop: Any, context: dict[str, Any]) -> None:
+    """asyncio exception handler that bounds what a flood can make the event loop log.
+
+    asyncio's own servers (uvicorn's API listener) report ``accept()`` failing for lack of
+    descriptors or memory once per pending connection, each with a traceback; this writes one
+    line per 10 s per message instead (with the suppressed count). Anything else goes to the
+    default handler."""
+    message = str(context.get("message", ""))
+    if "out of system resource" in message:
+        exc = context.get("exception")
+        _LOOP_LOG.error(("loop", message), "%s: %s (listener backs off and retries)",
+                        message, exc)
+        return
+    loop.default_exception_handler(context)
 
 
 def install_reject_filter(logger: logging.Logger | None = None) -> None:

@@ -17,6 +17,14 @@ incidents, add silences (mute paging) or inject log lines. Set
 ``SENTINEL_ALLOW_UNAUTHENTICATED=1`` (or ``api.allow_unauthenticated: true`` once the
 settings carry it) to run open anyway, e.g. behind an authenticating proxy; a loud warning
 is logged then. On loopback an open API is the development default (a warning is logged).
+
+The Fluentd forward port follows the same policy (:func:`check_forward_config`, enforced
+again by the server itself): without ``sources.forward.shared_key`` it refuses to listen on
+a non-loopback address unless ``sources.forward.allow_unauthenticated`` is set.
+
+An empty or whitespace-only token or key is refused by the settings validation and, should
+one get past it, by :func:`check_auth_config` and at request time: it never means "no auth"
+and never matches a credential. A whitespace-only bearer credential is always refused.
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.config import ApiSettings
+from service.config import ApiSettings, ForwardSettings
 
 log = logging.getLogger("vllm_sentinel.api")
 
@@ -58,8 +66,15 @@ def unauthenticated_allowed(api: ApiSettings) -> bool:
     return os.environ.get(ALLOW_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def _blank(secret: str | None) -> bool:
+    return secret is not None and not secret.strip()
+
+
 def check_auth_config(api: ApiSettings) -> None:
     """Refuse an open API on a reachable address unless explicitly allowed; warn otherwise."""
+    for name in ("token", "read_token"):
+        if _blank(getattr(api, name)):
+            raise InsecureConfigError(f"api.{name} is empty or whitespace only")
     if api.token:
         if api.read_token is None:
             log.info("API: writes and ingest need the bearer token; reads are open")
@@ -79,6 +94,31 @@ def check_auth_config(api: ApiSettings) -> None:
     log.warning("!" * 72)
 
 
+def check_forward_config(fwd: ForwardSettings | None) -> None:
+    """Refuse a forward port without a shared key on a reachable address unless explicitly
+    allowed (``sources.forward.allow_unauthenticated``); warn otherwise."""
+    if fwd is None:
+        return
+    if _blank(fwd.shared_key):
+        raise InsecureConfigError("sources.forward.shared_key is empty or whitespace only")
+    if fwd.shared_key:
+        return
+    if is_loopback(fwd.host):
+        log.warning("forward: no sources.forward.shared_key: anyone on this host can send "
+                    "log lines to %s:%s (acceptable on loopback)", fwd.host, fwd.port)
+        return
+    if not fwd.allow_unauthenticated:
+        raise InsecureConfigError(
+            f"refusing to serve the forward protocol on {fwd.host or '*'}:{fwd.port} without "
+            "sources.forward.shared_key (set SENTINEL_SOURCES__FORWARD__SHARED_KEY, bind "
+            "127.0.0.1, or set sources.forward.allow_unauthenticated: true behind your own "
+            "network policy)")
+    log.warning("!" * 72)
+    log.warning("forward: NO AUTHENTICATION on %s: anyone who reaches port %s can inject log "
+                "lines (sources.forward.allow_unauthenticated is set)", fwd.host, fwd.port)
+    log.warning("!" * 72)
+
+
 def _settings(request: Request) -> ApiSettings:
     return request.app.state.ctx.settings.api
 
@@ -87,14 +127,15 @@ def _matches(given: str, accepted: list[str]) -> bool:
     ok = False
     g = given.encode()
     for token in accepted:  # compare against every token: no early exit on a match
-        ok |= hmac.compare_digest(g, token.encode())
+        ok |= hmac.compare_digest(g, token.encode()) and not _blank(token)
     return ok
 
 
 def _check(creds: HTTPAuthorizationCredentials | None, accepted: list[str]) -> None:
     if not accepted:
         return
-    if creds is None or creds.scheme.lower() != "bearer" or not creds.credentials:
+    if (creds is None or creds.scheme.lower() != "bearer" or not creds.credentials
+            or not creds.credentials.strip()):
         raise HTTPException(status_code=401, detail="missing bearer token",
                             headers={"WWW-Authenticate": "Bearer"})
     if not _matches(creds.credentials, accepted):
@@ -103,15 +144,16 @@ def _check(creds: HTTPAuthorizationCredentials | None, accepted: list[str]) -> N
 
 
 def write_tokens(api: ApiSettings) -> list[str]:
-    if api.token:
+    # "is not None": a blank token that got past validation locks the door, never opens it
+    if api.token is not None:
         return [api.token]
-    return [api.read_token] if api.read_token else []
+    return [api.read_token] if api.read_token is not None else []
 
 
 def read_tokens(api: ApiSettings) -> list[str]:
-    if not api.read_token:
+    if api.read_token is None:
         return []
-    return [api.read_token] + ([api.token] if api.token else [])
+    return [api.read_token] + ([api.token] if api.token is not None else [])
 
 
 def require_write(
