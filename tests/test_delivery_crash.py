@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from service.store import Store
 from tests.delivery_support import (
     HookReceiver,
+    complete,
     duplicates,
     incident_body,
     last_versions,
@@ -201,7 +202,8 @@ def test_kill9_and_database_outage_under_load_page_each_change_once(
             assert last.get((path, inc_id)) == (version, "resolved"), (path, inc_id)
     # nothing twice but the request on the wire when the process died
     dups = duplicates(rx.requests)
-    figures.update(messages=len(rx.accepted()), events=int(db.scalar(
+    figures.update(truncated_by_kill=sum(1 for r in rx.requests if not complete(r)),
+                   messages=len(rx.accepted()), events=int(db.scalar(
         "SELECT count(*) FROM outbox")), duplicates=sum(n - 1 for n in dups.values()),
         in_doubt_at_kills=len(in_doubt), proxy_cuts=proxy.cuts if proxy else 0,
         refused_while_down=proxy.refused if proxy else 0)

@@ -154,9 +154,11 @@ class Dispatcher:
                 log.warning("receiver %s: could not record %d outcomes before stopping",
                             r.name, len(self._owed[r.name]), exc_info=True)
         if self._identity is not None:
-            if joined and self._recovered:  # nothing of ours is on the wire: give back
+            # nothing of ours on the wire, and the id is still ours alone: give back
+            if joined and self._recovered:
                 try:
-                    self.store.release_claims(self.instance_id)
+                    if self._identity.acquire():
+                        self.store.release_claims(self.instance_id)
                 except Exception:  # noqa: BLE001 - released at the next start instead
                     log.warning("could not release claims at stop", exc_info=True)
             self._identity.release()
