@@ -108,7 +108,14 @@ def gunzip_bounded(data: bytes | bytearray | memoryview, lease: Lease,
     limit and :class:`BudgetExhausted` when the global budget is spent; the output built so
     far is then garbage at once (the lease still holds its bytes until released)."""
     out = bytearray()
-    view = memoryview(data)
+    try:
+        return _inflate(memoryview(data), lease, step, out)
+    except BaseException:
+        out.clear()  # free the partial output now, whoever still holds this frame
+        raise
+
+
+def _inflate(view: memoryview, lease: Lease, step: int, out: bytearray) -> bytearray:
     n = len(view)
     if not n:
         return out
