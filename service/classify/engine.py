@@ -284,7 +284,8 @@ class Classifier:
             sig = sigs[0][0]
             if st.shutting_down and sig.role in ("cascade", "symptom", "warning"):
                 return None
-            stage, source = self._stage_for(st, sig.category, sig.stage, sig.default_stage, hint)
+            stage, source = self._stage_for(st, sig.category, sig.stage, sig.default_stage, hint,
+                                            line)
             if sig.min_stage and source != "rule":
                 stage = later_stage(stage, sig.min_stage) or stage
             category = sig.category_by_stage.get(stage, sig.category)
@@ -308,7 +309,7 @@ class Classifier:
             template = getattr(pred, "template", None) or template
             cat = pred.category
             if cat not in ("healthy", "unknown"):
-                stage, source = self._stage_for(st, cat, None, None, hint)
+                stage, source = self._stage_for(st, cat, None, None, hint, line)
                 return Finding(
                     tier=tier_of(cat), category=cat, stage=stage,
                     confidence=float(pred.probability), method="model", rule=None,
@@ -320,7 +321,7 @@ class Classifier:
                 return None
         if strength != "exception":
             return None
-        stage, source = self._stage_for(st, "unknown", None, None, hint)
+        stage, source = self._stage_for(st, "unknown", None, None, hint, line)
         return Finding(
             tier="other", category="unknown", stage=stage,
             confidence=0.3, method="heuristic", rule=None, line=line.text, role="symptom",
@@ -354,18 +355,24 @@ class Classifier:
             DISAGREEMENTS.inc()
 
     def _stage_for(self, st: StreamState, category: str, fixed: str | None,
-                   default: str | None, hint: str | None) -> tuple[str, str]:
-        """(stage, how it was decided): the rule's rung, else the later of the stage the
-        stream reached and the traceback's hint, else a per-category default."""
+                   default: str | None, hint: str | None,
+                   line: L.Line | None = None) -> tuple[str, str]:
+        """(stage, how it was decided): the rule's rung, else the latest of the stage the
+        stream reached, the traceback's hint and what the failing line itself shows (a
+        request, its logger's file), else a per-category default."""
+        said = self.rules.stage_evidence(line.message, line.fileinfo) if line else None
+        if said == "container":  # the container runtime refused: that rung, whatever failed
+            return said, "evidence"
         if fixed:
             return fixed, "rule"
-        if st.stage and hint:
-            stage = later_stage(st.stage, hint) or hint
-            return stage, "frames" if stage == hint else "tracker"
-        if hint:
-            return hint, "frames"
-        if st.stage:
-            return st.stage, "tracker"
+        if said == "serving" and st.stage and st.stage != "serving" and st.status == STARTING:
+            said = None  # a request line cannot come before the server is up
+        best, source = None, "default"
+        for stage, how in ((st.stage, "tracker"), (hint, "frames"), (said, "evidence")):
+            if stage and (best is None or later_stage(best, stage) == stage != best):
+                best, source = stage, how
+        if best is not None:
+            return best, source
         return (default or self.rules.stage_rules.default_stage.get(category)
                 or "distributed_init"), "default"
 
@@ -382,7 +389,7 @@ class Classifier:
         new = st.frame_hint[proc]
         if f.stage_source == "default":
             stage = new
-        elif f.stage_source in ("tracker", "frames"):
+        elif f.stage_source in ("tracker", "frames", "evidence"):
             stage = later_stage(f.stage, new) or new
         else:
             return

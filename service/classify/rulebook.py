@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
+
 from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
 from service.classify.rules import (
     RULES_DIR,
@@ -59,6 +61,10 @@ class RuleBook:
         for stage, funcs in self.stage_rules.frames.items():
             for f in funcs:
                 self.frame_stage[f] = stage
+        self.file_stage = {f: stage for stage, names in self.stage_rules.files.items()
+                           for f in names}
+        self._evidence = [(stage, regex.compile(p.pattern))
+                          for stage, pats in self.stage_rules.evidence.items() for p in pats]
         self._tags: list[tuple[int, Any]] = []
         patterns: list[tuple[str, list[str] | None, bool]] = []
 
@@ -110,6 +116,21 @@ class RuleBook:
         for _ in self._gate.iter(text.lower()):
             return True
         return False
+
+    def stage_evidence(self, message: str, fileinfo: str | None) -> str | None:
+        """The stage the failing line itself points to (what it talks about, else its
+        logger's file), or None."""
+        head = message[:2000]
+        for stage, pattern in self._evidence:
+            try:
+                if pattern.search(head, timeout=0.05):
+                    return stage
+            except TimeoutError:
+                continue
+        if fileinfo:
+            name = fileinfo.rsplit(":", 1)[0].rsplit("/", 1)[-1]
+            return self.file_stage.get(name)
+        return None
 
     def signature(self, rule_id: str) -> Signature | None:
         return self._by_id.get(rule_id)

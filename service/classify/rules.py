@@ -91,10 +91,13 @@ class StageRules(BaseModel):
     run_start: list[StagePattern]
     shutdown: list[StagePattern]
     default_stage: dict[str, str] = Field(default_factory=dict)  # category → stage
+    files: dict[str, list[str]] = Field(default_factory=dict)  # logger file name → stage
+    evidence: dict[str, list[StagePattern]] = Field(default_factory=dict)  # failing line → stage
 
     @model_validator(mode="after")
     def _stage_ids(self) -> StageRules:
-        for s in list(self.stages) + list(self.frames) + list(self.default_stage.values()):
+        for s in (list(self.stages) + list(self.frames) + list(self.default_stage.values())
+                  + list(self.files) + list(self.evidence)):
             if s not in STAGES:
                 raise ValueError(f"unknown stage {s!r} in stages.yaml")
         return self

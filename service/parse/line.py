@@ -165,6 +165,8 @@ def undecorate(text: str) -> str:
         text = text.replace("**", "")
     if text.lstrip().startswith("`"):
         text = text.strip().strip("`")
+    if text.lstrip()[:2] == "| " and text.count("|") == 1:
+        text = text.lstrip()[2:]  # a CI viewer's gutter ("  | [ts] ...")
     if "%|" in text:
         tail = None
         for m in _TQDM_TAIL.finditer(text):
@@ -186,6 +188,12 @@ def parse_line(raw: str, *, pasted: bool = True) -> Line:
         return Line(text=text, message="", kind=EMPTY)
     if pasted and (text[0] in _DECOR_START or "%|" in text):
         bare = undecorate(text)
+        for _ in range(2):  # a quote around a CI gutter around a bullet ...
+            again = undecorate(bare) if bare[:1] in _DECOR_START or bare.lstrip()[:2] == "| " \
+                else bare
+            if again == bare:
+                break
+            bare = again
         if bare != text:
             line = parse_line(bare, pasted=False) if bare.strip() else Line(text=bare, message="", kind=EMPTY)
             line.text = text  # evidence shows the line as it came
