@@ -118,7 +118,9 @@ def build(settings: Settings) -> Service:
     dispatcher = Dispatcher(store, settings.receivers, settings.notify,
                             instance_id=ctx.instance_id, fleet=settings.fleet)
     ctx.pipeline = Pipeline(store, classifier, router=dispatcher.router,
-                            on_commit=dispatcher.wake)
+                            on_commit=dispatcher.wake,
+                            max_streams=settings.streams.max_in_memory,
+                            idle_evict_s=settings.streams.idle_evict_s)
     svc = Service(ctx=ctx, dispatcher=dispatcher)
     fwd = settings.sources.forward
     if fwd is not None:

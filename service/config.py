@@ -128,6 +128,14 @@ class StallSettings(BaseModel):
     })
 
 
+class StreamSettings(BaseModel):
+    """Streams kept in memory (their snapshots are in the store and come back with their next
+    line): at most ``max_in_memory``, and none untouched for ``idle_evict_s``."""
+
+    max_in_memory: int = Field(50_000, ge=100)
+    idle_evict_s: float = Field(3600.0, gt=0)
+
+
 class FleetSettings(BaseModel):
     """Fleet incidents: N or more workloads failing with the same fleet-prone category and a
     shared key (driver branch, image, node pool, NCCL version, namespace) within the window
@@ -155,6 +163,7 @@ class Settings(BaseSettings):
     receivers: list[ReceiverSettings] = Field(default_factory=list)
     notify: NotifySettings = Field(default_factory=NotifySettings)
     stall: StallSettings = Field(default_factory=StallSettings)
+    streams: StreamSettings = Field(default_factory=StreamSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     use_model: bool = True
     # owner of delivery claims; stable across restarts so a restarted process takes its
