@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.classify.finding import Finding
+from service.classify.masking import mask
 
 MAX_RELATED = 25
 MAX_EVIDENCE = 60
@@ -52,15 +53,20 @@ class Incident:
         return self.primary.stage
 
     def add(self, finding: Finding) -> bool:
-        """Attach a finding; returns True when it became the new root cause."""
+        """Attach a finding; returns True when it became the new root cause. ``related``
+        holds one entry per distinct cascade: never the root cause again, never the same rule
+        (or, for model findings, the same masked wording) twice, e.g. from another rank."""
+        key = _cascade_key(finding)
         if finding.beats(self.primary):
-            self.related.insert(0, self.primary)
+            old = self.primary
             self.primary = finding
+            self.related = [r for r in self.related if _cascade_key(r) != key]
+            if _cascade_key(old) != key:
+                self.related.insert(0, old)
             del self.related[MAX_RELATED:]
             return True
-        if len(self.related) < MAX_RELATED and not any(
-            r.rule == finding.rule and r.line == finding.line for r in self.related
-        ):
+        if (len(self.related) < MAX_RELATED and key != _cascade_key(self.primary)
+                and not any(_cascade_key(r) == key for r in self.related)):
             self.related.append(finding)
         return False
 
@@ -119,3 +125,11 @@ class Incident:
         d["primary"] = Finding.from_dict(d["primary"])
         d["related"] = [Finding.from_dict(r) for r in d.get("related", [])]
         return cls(**d)
+
+
+def _cascade_key(f: Finding) -> tuple[str | None, str]:
+    """What makes two findings the same cascade: rule and category (one rule can mean two
+    categories at two stages), else the category and the masked wording."""
+    if f.rule:
+        return f.rule, f.category
+    return None, f"{f.category}:{f.template or mask(f.line)[:160]}"
