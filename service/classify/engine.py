@@ -92,6 +92,10 @@ class Classifier:
         self.stall_deadlines = stall_deadlines or stalls.DEFAULT_DEADLINES_S
         self.last_good: dict[str, dict[str, str]] = {}  # workload → facts of its last good start
         self.streams: dict[str, StreamState] = {}
+        # tracebacks not ended by an exception line yet (process → their frame/code lines),
+        # and processes whose next traceback is chained to the previous one
+        self._open_tb: dict[tuple[str, str], list[str]] = {}
+        self._chained: set[tuple[str, str]] = set()
         # finding whose stage later traceback frames of the same process may still refine
         self._refine: dict[tuple[str, str], tuple[Finding, Incident | None]] = {}
         self.lines = 0
@@ -123,6 +127,9 @@ class Classifier:
             self.streams.pop(k, None)
         for key in [k for k in self._refine if k[0] in gone]:
             del self._refine[key]
+        for key in [k for k in self._open_tb if k[0] in gone]:
+            del self._open_tb[key]
+        self._chained = {k for k in self._chained if k[0] not in gone}
 
     # ---- feeding -------------------------------------------------------------------
     def feed(self, rec: LogRecord) -> list[Change]:
@@ -163,22 +170,32 @@ class Classifier:
         changes: list[Change] = []
         kind = line.kind
 
+        where = (st.key, line.proc_key)
         if kind == L.FRAME:
             hint = self.rules.frame_stage.get(line.func or "")
             if hint:
                 self._frame_hint(st, line.proc_key, hint, changes)
+            self._tb_line(where, line)
             self._note(st, line, changes)
             return changes
         if kind in (L.CODE, L.CHAIN, L.PROCESS):
             if kind == L.CHAIN:
-                self._refine.pop((st.key, line.proc_key), None)
+                self._refine.pop(where, None)
+                self._chained.add(where)
+            else:
+                self._tb_line(where, line)
             self._note(st, line, changes)
             return changes
         if kind == L.TRACEBACK:
-            st.frame_hint.pop(line.proc_key, None)
+            if where in self._chained:  # a chained block: the first block's frames still count
+                self._chained.discard(where)
+            else:
+                st.frame_hint.pop(line.proc_key, None)
+            self._open_tb[where] = []
             self._note(st, line, changes)
             return changes
 
+        self._open_tb.pop(where, None)
         st.last_line = line.text
         hits = self.rules.scan(line.message)
         if hits.run_start and self._is_new_run(st):
@@ -556,6 +573,41 @@ class Classifier:
         for st in self.streams.values():
             self.check_stall(st, now, changes)
         return changes
+
+    def _tb_line(self, where: tuple[str, str], line: L.Line) -> None:
+        tb = self._open_tb.get(where)
+        if tb is not None and len(tb) < 80:
+            tb.append(line.message.strip())
+
+    def close_truncated(self, st: StreamState, changes: list[Change]) -> None:
+        """The log ended inside a traceback with no exception line (a cut paste): infer what
+        its frames support, with a low confidence, rather than nothing."""
+        for where, tb in list(self._open_tb.items()):
+            if where[0] != st.key or not tb:
+                continue
+            del self._open_tb[where]
+            if st.current() is not None or st.shutting_down:
+                continue
+            proc = where[1]
+            text = "\n".join(tb)
+            category, confidence, method = "unknown", 0.2, "heuristic"
+            if self.model is not None:
+                self.model_calls += 1
+                pred = self.model.predict(text)
+                if pred.category not in ("healthy", "unknown"):
+                    category, method = pred.category, "model"
+                    confidence = round(float(pred.probability) * 0.5, 3)
+            hint = st.frame_hint.get(proc)
+            stage, source = self._stage_for(st, category, None, None, hint)
+            last = next((t for t in reversed(tb) if t.startswith("File ")), tb[-1])
+            f = Finding(
+                tier=tier_of(category), category=category, stage=stage, confidence=confidence,
+                method=method, rule="truncated-traceback", line=last, role="symptom",
+                priority=UNKNOWN_PRIORITY, seq=st.seq, time=st.last_time, process=None,
+                remediation=self._first_move(category), stage_source=source,
+                detail="the traceback ends before its exception line; "
+                       f"inferred from {len(tb)} frame/source lines")
+            self._attach(st, f, changes)
 
     def check_stall(self, st: StreamState, now: float, changes: list[Change]) -> None:
         """Open a stall incident when ``st`` is stuck in a startup stage past its deadline

@@ -38,11 +38,12 @@ def classify_records(records: Iterable[LogRecord], classifier: Classifier | None
         _collect(seen, clf.feed(rec))
     for key in order:
         st = clf.state(key)
+        changes: list[Change] = []
+        clf.close_truncated(st, changes)
         end = now if now is not None else st.last_time
         if end is not None:
-            changes: list[Change] = []
             clf.check_stall(st, end, changes)
-            _collect(seen, changes)
+        _collect(seen, changes)
     return [stream_report(clf, key, seen[key].values(), now) for key in order]
 
 
