@@ -14,8 +14,9 @@ Bodies understood (``Content-Type`` decides, sniffed when absent or generic):
   per-body limit and the process-wide budget of :mod:`service.ingest.budget`.
 
 Without a ``Content-Type`` the body is sniffed: JSON (``{``/``[``) and msgpack (a map or an
-array header) are decoded, anything else is refused (415), as is any other media type
-(``application/octet-stream``, ``image/png``, forms ...): junk is never taken for text lines.
+array header) are decoded, anything else, or a sniffed body with nothing decodable in it, is
+refused (415), as is any other media type (``application/octet-stream``, ``image/png``,
+forms ...): junk is never taken for text lines.
 A body may expand to at most :data:`MAX_RECORDS` records, and a tag is at most
 :data:`MAX_TAG` characters. :func:`decode_body` raises :class:`BodyRefused` (with the HTTP
 status that fits) for a body refused as a whole; :func:`decode_http_body` turns that into
@@ -196,14 +197,18 @@ def _decode(
             raise _refuse(source, 415, "unsupported_media_type",
                           f"no Content-Type and not JSON or msgpack "
                           f"(send one of {ACCEPTED_TYPES})", body[:80])
+        records, rejected = _structured(body, kind, tag, source, max_records, max_line)
+        if rejected and not records:  # it only looked like JSON or msgpack: junk
+            raise _refuse(source, 415, "unsupported_media_type",
+                          f"no Content-Type and nothing decodable as {kind} "
+                          f"(send one of {ACCEPTED_TYPES})", body[:80])
+        return records, rejected
+    if kind != "text":
+        return _structured(body, kind, tag, source, max_records, max_line)
     stream = tag or source
     cap = _Cap(max_records, source)
-    if kind == "msgpack":
-        return _msgpack(body, tag, stream, source, max_line, cap)
     text = decode_bytes(body, source)
     del body
-    if kind == "json":
-        return _json(text, tag, stream, source, max_line, cap)
     cap.lines(text)
     records = decode_text(text, stream, source=source, max_line=max_line)
     if tag:
@@ -230,6 +235,17 @@ def decode_http_body(
                            max_records=max_records, max_line=max_line, source=source)
     except BodyRefused:
         return [], 1
+
+
+def _structured(body: bytes | bytearray, kind: str, tag: str | None, source: str,
+                max_records: int, max_line: int) -> tuple[list[LogRecord], int]:
+    stream = tag or source
+    cap = _Cap(max_records, source)
+    if kind == "msgpack":
+        return _msgpack(body, tag, stream, source, max_line, cap)
+    text = decode_bytes(body, source)
+    del body
+    return _json(text, tag, stream, source, max_line, cap)
 
 
 def _inflate(body: bytes | bytearray, lease: Lease, source: str) -> bytearray:
