@@ -99,10 +99,14 @@ class SourcesSettings(BaseModel):
 
 class ReceiverSettings(BaseModel):
     name: str
-    type: Literal["slack", "webhook", "pagerduty"]
+    type: Literal["slack", "webhook", "pagerduty", "alertmanager"]
     url: str
     secret: str | None = None  # webhook: HMAC-SHA256 key for X-Sentinel-Signature
     routing_key: str | None = None  # pagerduty
+    # alertmanager: open alerts are posted again this often, each with endsAt = now + 4x this
+    # (Alertmanager ends an alert nobody re-posts; Prometheus does the same)
+    resend_interval_s: float = Field(60.0, gt=0)
+    labels: dict[str, str] = Field(default_factory=dict)  # alertmanager: extra static labels
     match: dict[str, list[str]] = Field(default_factory=dict)  # tier/category/namespace/severity/label:k
     send_resolved: bool = True
     rate_limit_per_minute: int = 30

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
@@ -30,7 +33,34 @@ DISAGREEMENTS = Counter(
     registry=REGISTRY,
 )
 INCIDENTS_OPEN = Gauge(
-    "sentinel_incidents_open", "Open incidents in the store.", registry=REGISTRY
+    "sentinel_incidents_open",
+    "Open incidents in the store, by tier and category (read from the store at each scrape: "
+    "the same numbers on every replica, aggregate with max).",
+    ["tier", "category"], registry=REGISTRY,
+)
+ALERTS_PENDING = Gauge(
+    "sentinel_alerts_pending",
+    "Deliveries not sent yet (waiting, backing off or held), by receiver.",
+    ["receiver"], registry=REGISTRY,
+)
+ALERTS_PENDING_AGE = Gauge(
+    "sentinel_alerts_pending_oldest_seconds",
+    "Age of the oldest delivery not sent yet, by receiver (0 when none).",
+    ["receiver"], registry=REGISTRY,
+)
+OUTBOX_PENDING = Gauge(
+    "sentinel_outbox_pending",
+    "Incident changes committed but not yet turned into deliveries.", registry=REGISTRY,
+)
+OUTBOX_PENDING_AGE = Gauge(
+    "sentinel_outbox_pending_oldest_seconds",
+    "Age of the oldest incident change not yet turned into deliveries (0 when none).",
+    registry=REGISTRY,
+)
+STORE_ERRORS = Counter(
+    "sentinel_store_errors_total",
+    "Database operations that failed (connection lost, timeout, constraint ...), by read/write.",
+    ["op"], registry=REGISTRY,
 )
 DELIVERIES = Counter(
     "sentinel_deliveries_total", "Webhook deliveries, by receiver and outcome.",
@@ -58,7 +88,41 @@ MODEL_LOAD_FAILURES = Counter(
 ALERT_LATENCY = Histogram(
     "sentinel_alert_latency_seconds", "From incident change to webhook accepted.",
     ["receiver"], registry=REGISTRY,
+    # group_wait (1 s) + fleet hold (20 s) + a few retries fit under a minute
+    buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 25, 30, 45, 60, float("inf")),
 )
+
+
+# held while the store gauges are re-set (and by /metrics while it renders them)
+GAUGE_LOCK = threading.RLock()
+
+
+def refresh_store_gauges(store: Any, receivers: Iterable[str] = ()) -> bool:
+    """Set the store-derived gauges (open incidents by tier and category, pending alerts of
+    ``receivers`` and any other receiver with some, outbox backlog) from ``store.gauges()``;
+    False (gauges left as they were) when the store has no such query or failed."""
+    read = getattr(store, "gauges", None)
+    if not callable(read):
+        return False
+    try:
+        g = read()
+    except Exception:  # noqa: BLE001 - counted by the store; the scrape still answers
+        return False
+    with GAUGE_LOCK:
+        INCIDENTS_OPEN.clear()
+        for (tier, category), n in g["open"].items():
+            INCIDENTS_OPEN.labels(tier=tier, category=category).set(n)
+        ALERTS_PENDING.clear()
+        ALERTS_PENDING_AGE.clear()
+        for receiver in receivers:
+            ALERTS_PENDING.labels(receiver=receiver).set(0)
+            ALERTS_PENDING_AGE.labels(receiver=receiver).set(0)
+        for receiver, (n, age) in g["pending"].items():
+            ALERTS_PENDING.labels(receiver=receiver).set(n)
+            ALERTS_PENDING_AGE.labels(receiver=receiver).set(age)
+        OUTBOX_PENDING.set(g["outbox"][0])
+        OUTBOX_PENDING_AGE.set(g["outbox"][1])
+    return True
 
 
 def reject(source: str, reason: str, detail: str = "") -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from service.api import create_app
 from service.classify.rulebook import RuleBook
@@ -467,8 +468,12 @@ def test_metrics_expose_sentinel_counters_and_the_open_incident_gauge(client: Te
         "sentinel_api_requests_total",
     ):
         assert f"# TYPE {name.removesuffix('_total')}" in text, name
-    open_now = client.get("/stats").json()["incidents_open"]
-    assert f"sentinel_incidents_open {float(open_now)}" in text
+    stats = client.get("/stats").json()
+    by_labels = {(s.labels["tier"], s.labels["category"]): s.value
+                 for fam in text_string_to_metric_families(text) for s in fam.samples
+                 if s.name == "sentinel_incidents_open"}
+    assert sum(by_labels.values()) == stats["incidents_open"]  # by tier and category
+    assert {t for t, _ in by_labels} <= set(stats["incidents_by_tier"])
     assert 'sentinel_lines_total{source="http"}' in text
     assert 'sentinel_api_requests_total{method="GET",route="/incidents",status="200"}' in text
 

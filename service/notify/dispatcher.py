@@ -51,7 +51,7 @@ from service.intel.fleet import FLEET_PRONE, is_fleet
 from service.notify.alert import Alert
 from service.notify.outbox import NOTE_NEVER_SENT, backoff, make_route, message_kind
 from service.notify.ratelimit import TokenBucket
-from service.notify.receivers import builder, check
+from service.notify.receivers import builder, check, resender
 from service.notify.routing import Router
 from service.notify.silences import SilenceCache
 from service.store import Claim, Store
@@ -114,6 +114,7 @@ class Dispatcher:
         self._threads: list[threading.Thread] = []
         self._housekept = float("-inf")
         self._failing: dict[str, bool] = {}  # receivers whose last attempt failed
+        self._resent: dict[str, float] = {}  # receiver → monotonic time of the last re-post
         # per receiver: outcomes not recorded yet (only that receiver's thread touches them)
         self._owed: dict[str, list[_Owed]] = {r.name: [] for r in self.receivers}
         self._identity: Any = None  # store.InstanceLock once start() ran
@@ -256,7 +257,7 @@ class Dispatcher:
         if self._identity is not None and self._recovered:
             self._identity.acquire()  # re-taken if a database outage dropped it
         self.store.prune()
-        metrics.INCIDENTS_OPEN.set(self.store.count_open())
+        metrics.refresh_store_gauges(self.store, [r.name for r in self.receivers])
 
     def _heal(self) -> None:
         """After a failure: a database that came back empty gets its schema again."""
@@ -274,11 +275,25 @@ class Dispatcher:
         while not self._stop.is_set():
             try:
                 self.drain(r)
+                self._resend(r)
             except Exception:
                 log.exception("receiver %s: delivery pass failed; retrying", r.name)
                 self._stop.wait(1.0)
             kick.wait(self.poll_interval_s)
             kick.clear()
+
+    def _resend(self, r: ReceiverSettings) -> int:
+        """Receivers that forget an alert nobody posts again (Alertmanager): every
+        ``resend_interval_s`` the open incidents they were told about go out again (outside
+        the outbox: a repeat of the current state, not a change; see
+        :func:`service.notify.receivers.resender`)."""
+        resend = resender(r)
+        if resend is None or self._stop.is_set():
+            return 0
+        if time.monotonic() - self._resent.get(r.name, float("-inf")) < r.resend_interval_s:
+            return 0
+        self._resent[r.name] = time.monotonic()
+        return resend(self.store, self.http, r, self.settings, self.clock)
 
     def drain(self, r: ReceiverSettings, block: bool = True) -> int:
         """Send every due group for ``r``; over the rate limit wait (or, with

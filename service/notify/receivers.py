@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from service.config import ReceiverSettings
-from service.notify import pagerduty, slack, webhook
+from service.notify import alertmanager, pagerduty, slack, webhook
 from service.notify.alert import Alert, HttpRequest
 
 Builder = Callable[[Alert, ReceiverSettings, float], HttpRequest]
@@ -13,7 +13,12 @@ BUILDERS: dict[str, Builder] = {
     "slack": slack.build,
     "webhook": webhook.build,
     "pagerduty": pagerduty.build,
+    "alertmanager": alertmanager.build,
 }
+# (store, http client, receiver, notify settings, clock) → alerts re-posted
+Resender = Callable[..., int]
+# receiver types whose open alerts must be posted again every resend_interval_s
+RESENDERS: dict[str, Resender] = {"alertmanager": alertmanager.resend}
 
 
 def builder(cfg: ReceiverSettings) -> Builder:
@@ -21,6 +26,10 @@ def builder(cfg: ReceiverSettings) -> Builder:
         return BUILDERS[cfg.type]
     except KeyError:
         raise ValueError(f"receiver {cfg.name}: unknown type {cfg.type!r}") from None
+
+
+def resender(cfg: ReceiverSettings) -> Resender | None:
+    return RESENDERS.get(cfg.type)
 
 
 def check(receivers: list[ReceiverSettings]) -> None:

@@ -11,8 +11,10 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
-from service.store import annotations, deliveries, fleets, queries, retention, writes
+from service import metrics
+from service.store import annotations, deliveries, fleets, observe, queries, retention, writes
 from service.store.deliveries import Claim, Hold, Route
 from service.store.effects import BatchEffects
 from service.store.engine import is_memory_sqlite, is_postgres, make_engine
@@ -96,14 +98,22 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        with self._write_lock, self.engine.connect().execution_options(write=True) as conn, \
-                conn.begin():
-            yield conn
+        try:
+            with self._write_lock, \
+                    self.engine.connect().execution_options(write=True) as conn, conn.begin():
+                yield conn
+        except SQLAlchemyError:
+            metrics.STORE_ERRORS.labels(op="write").inc()
+            raise
 
     @contextmanager
     def _read(self) -> Iterator[Connection]:
-        with self._read_lock, self.engine.connect() as conn, conn.begin():
-            yield conn
+        try:
+            with self._read_lock, self.engine.connect() as conn, conn.begin():
+                yield conn
+        except SQLAlchemyError:
+            metrics.STORE_ERRORS.labels(op="read").inc()
+            raise
 
     # ---- pipeline --------------------------------------------------------------------
     def load_stream(self, key: str) -> dict[str, Any] | None:
@@ -219,6 +229,21 @@ class Store:
     def count_open(self) -> int:
         with self._read() as conn:
             return queries.count_open(conn)
+
+    def gauges(self) -> dict[str, Any]:
+        """Open incidents by (tier, category), pending deliveries and outbox backlog (see
+        :func:`observe.gauges`)."""
+        with self._read() as conn:
+            return observe.gauges(conn, self.clock())
+
+    def open_told(self, receiver: str) -> list[dict[str, Any]]:
+        """Open incidents ``receiver`` was sent a message about (re-posting alerts)."""
+        with self._read() as conn:
+            return observe.open_told(conn, receiver)
+
+    def incidents_by_id(self, ids: list[str]) -> list[dict[str, Any]]:
+        with self._read() as conn:
+            return observe.incidents_by_id(conn, ids)
 
     # ---- silences and feedback -------------------------------------------------------
     def create_silence(self, matchers: dict[str, list[str]], ends_at: float, created_by: str,

@@ -98,15 +98,13 @@ def open_incidents(stats: dict[str, Any]) -> float | None:
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
 def prometheus(ctx: Ctx) -> Response:
-    """Prometheus text format; ``sentinel_incidents_open`` is read from the store at scrape
-    time (the same number on every replica: aggregate it with max, not sum)."""
-    if ctx.store is not None:
-        try:
-            count_open = getattr(ctx.store, "count_open", None)
-            n = float(count_open()) if callable(count_open) else open_incidents(ctx.store.stats())
-            if n is not None:
-                metrics.INCIDENTS_OPEN.set(n)
-        except Exception:
-            log.warning("metrics: store.stats() failed; sentinel_incidents_open is stale",
-                        exc_info=True)
-    return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
+    """Prometheus text format. ``sentinel_incidents_open`` (by tier and category),
+    ``sentinel_alerts_pending*`` and ``sentinel_outbox_pending*`` are read from the store at
+    scrape time (the same numbers on every replica: aggregate them with max, not sum); when
+    the store fails they keep their last values and ``sentinel_store_errors_total`` counts."""
+    with metrics.GAUGE_LOCK:
+        if ctx.store is not None and not metrics.refresh_store_gauges(
+                ctx.store, [r.name for r in ctx.settings.receivers]):
+            log.warning("metrics: the store gauges could not be read; they are stale")
+        body = generate_latest(metrics.REGISTRY)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
