@@ -1,4 +1,4 @@
-"""The fixed vocabulary of ``shared/reference/taxonomy.md``: tiers, categories, stages."""
+"""The fixed vocabulary of ``docs/taxonomy.md``: tiers, categories, stages."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ STAGES = (
 )
 STAGE_INDEX = {s: i for i, s in enumerate(STAGES)}
 
-# The four families on-call cares most about (taxonomy.md): never confuse them.
+# The four families on-call cares most about (docs/taxonomy.md): never confuse them.
 CRITICAL_CATEGORIES = frozenset(
     {"driver_incompatible", "nccl_error", "mlx5_registration",
      "oom_weights", "oom_kv_cache", "oom_runtime", "host_memory"}

