@@ -26,6 +26,7 @@ from service.api.routers import (
     health,
     incidents,
     ingest,
+    otlp,
     quarantine,
     silences,
     stats,
@@ -43,9 +44,10 @@ API_REQUESTS = Counter(
 DESCRIPTION = """\
 Incidents classified from vLLM container logs (compatibility / integration / capacity),
 their streams, silences and feedback; a paste-a-log classifier; an ingest endpoint for
-Fluent Bit / Fluentd HTTP outputs; health and Prometheus metrics.
+Fluent Bit / Fluentd HTTP outputs and one for OpenTelemetry logs (OTLP/HTTP `/v1/logs`);
+health and Prometheus metrics.
 
-Auth: `Authorization: Bearer <api.token>` for writes and `/ingest` when a token is set;
+Auth: `Authorization: Bearer <api.token>` for writes, `/ingest` and `/v1/logs` when a token is set;
 reads need `api.read_token` only when one is set. `/healthz`, `/readyz`, `/metrics` are open.
 """
 
@@ -92,6 +94,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         yield
         try:
             await ingest.flush_joiner(app, ctx.pipeline)
+            await otlp.flush_joiner(app, ctx.pipeline)
         except Exception:
             log.exception("api: could not store the unfinished lines held at shutdown")
 
@@ -106,11 +109,13 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     )
     app.state.ctx = ctx
     app.state.http_joiner = None
+    app.state.otlp_joiner = None
     for module in (incidents, streams, stats, silences, feedback, classify, health,
                    quarantine):
         app.include_router(module.router)
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
         app.include_router(ingest.router)
+        app.include_router(otlp.router)  # POST /v1/logs (OpenTelemetry logs)
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

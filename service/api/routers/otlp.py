@@ -1,0 +1,188 @@
+"""``POST /v1/logs``: OpenTelemetry logs over OTLP/HTTP (the SDKs' ``OTLPLogExporter``, the
+Collector's ``otlphttp`` exporter), protobuf or JSON, optionally gzip.
+
+The same door as ``POST /ingest``: bearer token (``api.token``), body size limits (32 MiB
+as sent, 64 MiB once inflated, the parsed message charged as well, 100k log records),
+the process-wide decompression budget, the CRI chunk joiner and
+:meth:`Pipeline.submit` (the answer is sent once the batch is stored). Decoding:
+:mod:`service.ingest.otlp` (stream identity from the resource attributes).
+
+Answers follow the OTLP/HTTP specification, in the request's encoding: ``200`` with an
+``ExportLogsServiceResponse`` (``partial_success.rejected_log_records`` for records without
+a body); ``400`` (undecodable, not retried by exporters), ``413``, ``415``, and ``503`` with
+``Retry-After`` when the batch could not be stored or the memory budget is in use
+(exporters retry), each with a ``google.rpc.Status`` body. Off with ``sources.http: false``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+from typing import Annotated
+
+import anyio
+from fastapi import APIRouter, Header, HTTPException, Request, Response
+
+from service.api.auth import WriteAuth
+from service.api.body import read_body
+from service.api.deps import PipelineDep
+from service.api.routers.ingest import IDLE_FLUSH_S, MAX_BODY, MAX_DECOMPRESSED
+from service.ingest.budget import BudgetExhausted, Lease
+from service.ingest.http_body import BodyRefused
+from service.ingest.joiner import Joiner
+from service.ingest.otlp import SOURCE, decode_export, media, refuse
+from service.ratelog import RateLimitedLog
+from service.records import LogRecord
+
+log = logging.getLogger("vllm_sentinel.api")
+router = APIRouter(tags=["ingest"])
+_store_log = RateLimitedLog(log)
+PROTOBUF = "application/x-protobuf"
+# google.rpc.Code
+INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE = 3, 8, 14
+
+_OPENAPI_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            PROTOBUF: {"schema": {"type": "string", "format": "binary"},
+                       "description": "opentelemetry.proto.collector.logs.v1."
+                                      "ExportLogsServiceRequest"},
+            "application/json": {"schema": {"type": "object"}, "example": {"resourceLogs": [{
+                "resource": {"attributes": [
+                    {"key": "k8s.namespace.name", "value": {"stringValue": "llm"}},
+                    {"key": "k8s.pod.name", "value": {"stringValue": "vllm-0"}},
+                    {"key": "k8s.container.name", "value": {"stringValue": "vllm"}}]},
+                "scopeLogs": [{"logRecords": [{"timeUnixNano": "1785146472100000000",
+                                               "body": {"stringValue": "..."}}]}]}]}},
+        },
+    }
+}
+
+
+def joiner_of(request: Request) -> Joiner:
+    state = request.app.state
+    if getattr(state, "otlp_joiner", None) is None:
+        state.otlp_joiner = Joiner(source=SOURCE)
+    return state.otlp_joiner
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _answer(kind: str | None, status: int, message: str | None = None, code: int = 0,
+            rejected: int = 0, headers: dict[str, str] | None = None) -> Response:
+    """An ``ExportLogsServiceResponse`` (2xx) or a ``google.rpc.Status`` (errors), encoded as
+    the request was (JSON when it was neither)."""
+    if kind == "protobuf":
+        if status < 300:
+            inner = b""
+            if rejected:
+                inner = b"\x08" + _varint(rejected)
+                if message:
+                    text = message.encode()
+                    inner += b"\x12" + _varint(len(text)) + text
+            body = (b"\x0a" + _varint(len(inner)) + inner) if inner else b""
+        else:
+            text = (message or "").encode()
+            body = b"\x08" + _varint(code) + b"\x12" + _varint(len(text)) + text
+        return Response(body, status_code=status, media_type=PROTOBUF, headers=headers)
+    if status < 300:
+        doc: dict[str, object] = {}
+        if rejected:
+            doc = {"partialSuccess": {"rejectedLogRecords": str(rejected),
+                                      "errorMessage": message or ""}}
+    else:
+        doc = {"code": code, "message": message or ""}
+    return Response(json.dumps(doc), status_code=status, media_type="application/json",
+                    headers=headers)
+
+
+def _refused(kind: str | None, exc: BodyRefused) -> Response:
+    if exc.status == 503:
+        return _answer(kind, 503, exc.message, UNAVAILABLE, headers={"Retry-After": "5"})
+    code = RESOURCE_EXHAUSTED if exc.status == 413 else INVALID_ARGUMENT
+    return _answer(kind, exc.status, exc.message, code)
+
+
+@router.post("/v1/logs", dependencies=[WriteAuth], openapi_extra=_OPENAPI_BODY,
+             response_class=Response,
+             responses={200: {"description": "stored (ExportLogsServiceResponse)"},
+                        400: {"description": "undecodable body (google.rpc.Status)"},
+                        413: {"description": "too large, as sent, inflated or parsed, or "
+                                             "too many log records"},
+                        415: {"description": "not protobuf or JSON, or not gzip"},
+                        503: {"description": "not stored; retry after Retry-After"}},
+             summary="OpenTelemetry logs (OTLP/HTTP, protobuf or JSON, gzip)")
+async def export_logs(
+    request: Request,
+    pipeline: PipelineDep,
+    content_type: Annotated[str | None, Header()] = None,
+    content_encoding: Annotated[str | None, Header()] = None,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> Response:
+    kind = media(content_type)
+    if kind is None:
+        return _refused(None, refuse(415, "unsupported_media_type",
+                                     "send application/x-protobuf or application/json",
+                                     f"Content-Type {content_type}"))
+    try:
+        body = await read_body(request, MAX_BODY)
+    except HTTPException as exc:  # 413 as sent, or a bad Content-Length
+        status = exc.status_code
+        return _refused(kind, refuse(status, "too_large" if status == 413 else "bad_request",
+                                     str(exc.detail)))
+    lease = Lease(MAX_DECOMPRESSED)
+    try:
+        lease.hold(len(body))
+        decode = functools.partial(decode_export, body, content_type, content_encoding,
+                                   lease=lease)
+        del body
+        records, rejected = await anyio.to_thread.run_sync(decode)
+        del decode
+    except BudgetExhausted as exc:
+        return _refused(kind, refuse(503, "memory_budget", str(exc)))
+    except BodyRefused as exc:
+        return _refused(kind, exc)
+    finally:
+        lease.release()
+    joiner = joiner_of(request)
+    records = joiner.feed(records) + joiner.flush_idle(IDLE_FLUSH_S)
+    if records:
+        failed = await _submit(pipeline, records, idempotency_key)
+        if failed:
+            return _answer(kind, 503, failed, UNAVAILABLE, headers={"Retry-After": "5"})
+    return _answer(kind, 200, "log records without a body" if rejected else None,
+                   rejected=rejected)
+
+
+async def _submit(pipeline: object, records: list[LogRecord], key: str | None) -> str | None:
+    """None once stored, else why not."""
+    chunk_id = "otlp:" + hashlib.sha256(key.encode()).hexdigest()[:32] if key else None
+    try:
+        await pipeline.submit(records, source=SOURCE, chunk_id=chunk_id)  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - the exporter retries
+        _store_log.error("pipeline_refused", "otlp: pipeline refused a batch of %d records",
+                         len(records), exc_info=True)
+        return f"not stored, retry: {type(exc).__name__}"
+    return None
+
+
+async def flush_joiner(app: object, pipeline: object) -> None:
+    """Store the lines still held unfinished (at shutdown)."""
+    joiner = getattr(app.state, "otlp_joiner", None)  # type: ignore[attr-defined]
+    if joiner is not None and pipeline is not None:
+        rest = joiner.flush()
+        if rest:
+            await pipeline.submit(rest, source=SOURCE)  # type: ignore[attr-defined]
