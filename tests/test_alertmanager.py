@@ -61,7 +61,7 @@ def test_payload_labels_annotations_and_times() -> None:
     assert a["annotations"]["first_move"] == "Lower --max-model-len"
     assert a["annotations"]["summary"].startswith("[capacity/oom_kv_cache] kv_cache_init on "
                                                   f"{NS}/{POD}: ValueError")
-    assert a["annotations"]["incident_url"] == "https://sentinel.example/incidents/abc123"
+    assert a["annotations"]["incident_url"] == "https://sentinel.example/ui/incidents/abc123"
     assert a["generatorURL"] == a["annotations"]["incident_url"]
     assert _epoch(a["startsAt"]) == 1_800_000_000.0
     assert _epoch(a["endsAt"]) == now + 4 * 30  # alive for 4 re-post intervals
@@ -129,7 +129,7 @@ def test_real_alertmanager_fires_keeps_and_resolves(tmp_path: Path, hook: Receiv
             assert (labels["namespace"], labels["pod"], labels["node"]) == (NS, POD, NODE)
             assert labels["severity"] == "critical" and labels["team"] == "serving"
             assert alert["status"]["state"] == "active"
-            url = f"http://127.0.0.1:{api_port}/incidents/{iid}"
+            url = f"http://127.0.0.1:{api_port}/ui/incidents/{iid}"
             assert alert["annotations"]["incident_url"] == url
             assert alert["generatorURL"] == url
             assert alert["annotations"]["first_move"]

@@ -127,7 +127,7 @@ def test_slack_message_has_what_on_call_needs(oom: dict[str, Any]) -> None:
     assert "FIRING" in header and "capacity" in header and "oom_kv_cache" in header
     assert "prod/llama-70b-0" in flat and "gpu-a100-7" in flat
     assert "*Root cause*\\n```" in flat and "*First move*" in flat and "*Evidence*" in flat
-    assert f"{URL}/incidents/{oom['id']}" in flat
+    assert f"{URL}/ui/incidents/{oom['id']}" in flat
     assert "[FIRING]" in msg["text"]
     done = slack.message(Alert("resolved", {**oom, "status": "resolved",
                                             "resolution": "run 2 got ready"}, 2, URL))

@@ -140,7 +140,7 @@ def test_end_to_end_signed_webhook(store: Store, rx: Receiver) -> None:
     bodies = [r.json() for r in accepted]
     assert bodies[0]["event"] == "opened" and bodies[-1]["event"] == "resolved"
     assert bodies[-1]["incident"]["status"] == "resolved"
-    assert bodies[-1]["incident"]["url"] == f"{URL}/incidents/{bodies[-1]['incident']['id']}"
+    assert bodies[-1]["incident"]["url"] == f"{URL}/ui/incidents/{bodies[-1]['incident']['id']}"
     assert_exactly_once(store, rx)
     inc = store.get_incident(bodies[0]["incident"]["id"])
     assert inc and all(x["status"] == "sent" and x["sent_at"] for x in inc["deliveries"])

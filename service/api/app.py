@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 
-from service import metrics
+from service import metrics, ui
 from service.api.auth import check_auth_config
 from service.api.routers import (
     classify,
@@ -102,7 +102,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         title="vllm-sentinel",
         version=_version(),
         description=DESCRIPTION,
-        docs_url="/docs",
+        docs_url=None,  # /docs: service.ui serves Swagger UI from vendored files (no CDN)
         redoc_url=None,
         openapi_url="/openapi.json",
         lifespan=lifespan,
@@ -116,6 +116,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
         app.include_router(ingest.router)
         app.include_router(otlp.router)  # POST /v1/logs (OpenTelemetry logs)
+    ui.mount(app)  # the dashboard under /ui/, / → /ui/, /docs with local assets
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

@@ -31,6 +31,12 @@ class Alert:
 
     @property
     def url(self) -> str:
+        """The incident's page in the dashboard (``/ui/incidents/<id>``)."""
+        return f"{self.external_url.rstrip('/')}/ui/incidents/{self.id}"
+
+    @property
+    def api_url(self) -> str:
+        """The incident as JSON (``GET /incidents/<id>``)."""
         return f"{self.external_url.rstrip('/')}/incidents/{self.id}"
 
     def summary(self) -> dict[str, Any]:
@@ -43,14 +49,15 @@ class Alert:
 
     def view(self) -> dict[str, Any]:
         """Summary plus stream, namespace/pod/node, meta, facts, timeline, version and the
-        incident's URL (the API's incident shape, without deliveries and feedback)."""
+        incident's URLs (``url`` its dashboard page, ``api_url`` its JSON): the API's
+        incident shape, without deliveries and feedback."""
         inc = self.incident
         out = self.summary()
         meta = inc.get("meta") or {}
         out.update(stream=inc.get("stream"), namespace=meta.get("namespace"),
                    pod=meta.get("pod"), node=meta.get("node"), meta=meta,
                    facts=inc.get("facts") or {}, timeline=inc.get("timeline") or {},
-                   version=self.version, url=self.url)
+                   version=self.version, url=self.url, api_url=self.api_url)
         return out
 
 

@@ -1,0 +1,136 @@
+"""The dashboard's authentication: the API's own tokens, carried in a cookie.
+
+* Reads follow the API's rule (:func:`service.api.auth.read_tokens`): open unless
+  ``api.read_token`` is set, then the read token or the write token is needed.
+* Writes (resolve, silence, feedback) need what the API's writes need
+  (:func:`service.api.auth.write_tokens`).
+* ``POST /ui/login`` checks the token typed into the form and keeps it in the
+  ``sentinel_token`` cookie: ``HttpOnly`` (no script can read it), ``SameSite=Lax`` (a
+  link from Slack or PagerDuty still opens the page signed in; no other site can post with
+  it), ``Secure`` over HTTPS and on loopback (where browsers accept it over plain HTTP), path
+  ``/ui``, 12 hours. A plain-HTTP login on another host still works and says that the
+  token then travels unencrypted. An ``Authorization: Bearer`` header is accepted as well.
+* Every form carries a CSRF token that must equal the ``sentinel_csrf`` cookie (double
+  submit), and a request whose ``Origin`` is another site is refused.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from typing import Any
+
+from fastapi import Request, Response
+
+from service.api.auth import is_loopback, read_tokens, write_tokens
+
+COOKIE = "sentinel_token"
+CSRF_COOKIE = "sentinel_csrf"
+COOKIE_PATH = "/ui"
+MAX_AGE_S = 12 * 3600
+MAX_TOKEN_LEN = 4096
+
+
+def _settings(request: Request) -> Any:
+    return request.app.state.ctx.settings.api
+
+
+def given_token(request: Request) -> str | None:
+    """The token this request carries: the ``Authorization: Bearer`` header, else the
+    cookie."""
+    header = request.headers.get("authorization") or ""
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    cookie = request.cookies.get(COOKIE)
+    return cookie if cookie and cookie.strip() else None
+
+
+def _matches(given: str | None, accepted: list[str]) -> bool:
+    if given is None or len(given) > MAX_TOKEN_LEN:
+        return False
+    ok = False
+    for token in accepted:  # every token compared: no early exit
+        ok |= hmac.compare_digest(given.encode(), token.encode()) and bool(token.strip())
+    return ok
+
+
+def can_read(request: Request) -> bool:
+    accepted = read_tokens(_settings(request))
+    return not accepted or _matches(given_token(request), accepted)
+
+
+def can_write(request: Request) -> bool:
+    accepted = write_tokens(_settings(request))
+    return not accepted or _matches(given_token(request), accepted)
+
+
+def login_needed_for_reads(request: Request) -> bool:
+    return bool(read_tokens(_settings(request)))
+
+
+def tokens_configured(request: Request) -> bool:
+    api = _settings(request)
+    return bool(write_tokens(api) or read_tokens(api))
+
+
+def token_valid(request: Request, token: str) -> bool:
+    api = _settings(request)
+    return _matches(token, list(dict.fromkeys(write_tokens(api) + read_tokens(api))))
+
+
+def is_https(request: Request) -> bool:
+    proto = (request.headers.get("x-forwarded-proto") or "").split(",")[0].strip().lower()
+    return request.url.scheme == "https" or proto == "https"
+
+
+def secure_cookie_ok(request: Request) -> bool:
+    """Whether a ``Secure`` cookie reaches the server: over HTTPS, or on loopback (which
+    browsers treat as a secure context)."""
+    return is_https(request) or is_loopback(request.url.hostname or "")
+
+
+def set_login(response: Response, request: Request, token: str) -> None:
+    response.set_cookie(COOKIE, token, max_age=MAX_AGE_S, path=COOKIE_PATH, httponly=True,
+                        secure=secure_cookie_ok(request), samesite="lax")
+
+
+def clear_login(response: Response, request: Request) -> None:
+    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True,
+                           secure=secure_cookie_ok(request), samesite="lax")
+
+
+# ---- CSRF (double submit) -------------------------------------------------------------------
+def csrf_token(request: Request) -> str:
+    """This browser's CSRF token (a new one when it has none; :func:`keep_csrf` stores it)."""
+    token = getattr(request.state, "csrf", None)
+    if token is None:
+        token = request.cookies.get(CSRF_COOKIE) or ""
+        if not (20 <= len(token) <= 100):
+            token = secrets.token_urlsafe(32)
+            request.state.csrf_new = True
+        request.state.csrf = token
+    return token
+
+
+def keep_csrf(response: Response, request: Request) -> None:
+    if getattr(request.state, "csrf_new", False):
+        response.set_cookie(CSRF_COOKIE, request.state.csrf, path=COOKIE_PATH, httponly=True,
+                            secure=secure_cookie_ok(request), samesite="strict")
+
+
+def same_origin(request: Request) -> bool:
+    """A browser's ``Origin`` (when it sends one) names this host."""
+    origin = request.headers.get("origin")
+    if not origin or origin == "null":
+        return origin is None
+    hosts = {request.headers.get("host", ""),
+             (request.headers.get("x-forwarded-host") or "").split(",")[0].strip()}
+    return origin.split("://", 1)[-1].rstrip("/") in hosts - {""}
+
+
+def csrf_ok(request: Request, submitted: str | None) -> bool:
+    cookie = request.cookies.get(CSRF_COOKIE)
+    if not cookie or not submitted or not same_origin(request):
+        return False
+    return hmac.compare_digest(cookie.encode(), submitted.encode())

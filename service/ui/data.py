@@ -1,0 +1,168 @@
+"""Read (and two small write) queries the dashboard needs beyond the API's: incidents with a
+time range and their counts, the stream list, fleet incidents, expiring a silence.
+
+Each function takes the :class:`~service.store.Store` and runs one short transaction through
+its own connection helpers (so SQLite's single-writer lock and the in-memory database's
+shared connection are respected exactly as for the API's calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.engine import Connection
+
+from service.store.fleets import FLEET_PREFIX
+from service.store.queries import _decode_cursor, _encode_cursor, incident_view
+from service.store.schema import incidents, silences, streams
+
+# list filters: form field → incidents column
+FILTERS = {"status": "status", "tier": "tier", "category": "category", "stage": "stage",
+           "severity": "severity", "namespace": "namespace", "node": "node", "pod": "pod",
+           "stream": "stream", "fleet": "fleet_id"}
+MAX_STREAMS = 500
+MAX_FLEETS = 200
+
+
+@contextmanager
+def _read(store: Any) -> Iterator[Connection]:
+    with store._read() as conn:  # noqa: SLF001 - the store's own locking, shared on purpose
+        yield conn
+
+
+@contextmanager
+def _write(store: Any) -> Iterator[Connection]:
+    with store._write() as conn:  # noqa: SLF001
+        yield conn
+
+
+def _where(stmt: Any, filters: dict[str, str | None], since: float | None,
+           until: float | None) -> Any:
+    t = incidents.c
+    for name, column in FILTERS.items():
+        value = filters.get(name)
+        if value:
+            stmt = stmt.where(getattr(t, column) == value)
+    if since is not None:
+        stmt = stmt.where(t.opened_at >= since)
+    if until is not None:
+        stmt = stmt.where(t.opened_at <= until)
+    return stmt
+
+
+def list_incidents(store: Any, filters: dict[str, str | None], *, since: float | None,
+                   until: float | None, limit: int, cursor: str | None
+                   ) -> tuple[list[dict[str, Any]], str | None]:
+    """Newest first (opened_at, then id), as ``GET /incidents`` pages them, plus ``until``.
+    ValueError for a cursor that cannot be read."""
+    t = incidents.c
+    stmt = _where(select(incidents), filters, since, until)
+    if cursor:
+        opened, last_id = _decode_cursor(cursor)
+        stmt = stmt.where(or_(t.opened_at < opened, and_(t.opened_at == opened, t.id < last_id)))
+    with _read(store) as conn:
+        rows = conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit + 1)
+                            ).mappings().all()
+    items = [incident_view(r) for r in rows[:limit]]
+    nxt = _encode_cursor(rows[limit - 1]["opened_at"], rows[limit - 1]["id"]) \
+        if len(rows) > limit else None
+    return items, nxt
+
+
+def incident_counts(store: Any, filters: dict[str, str | None], *, since: float | None,
+                    until: float | None) -> dict[str, dict[str, int]]:
+    """Counts of the filtered incidents by tier, category, status and severity."""
+    t = incidents.c
+    out: dict[str, dict[str, int]] = {}
+    with _read(store) as conn:
+        for name in ("tier", "category", "status", "severity"):
+            col = getattr(t, name)
+            stmt = _where(select(col, func.count()).select_from(incidents), filters, since, until)
+            rows = conn.execute(stmt.group_by(col)).all()
+            out[name] = dict(sorted(((str(k), int(n)) for k, n in rows),
+                                    key=lambda kv: (-kv[1], kv[0])))
+    out["total"] = {"all": sum(out["status"].values())}
+    return out
+
+
+def namespaces(store: Any, limit: int = 200) -> list[str]:
+    """Namespaces that have incidents (for the filter's suggestions)."""
+    t = incidents.c
+    with _read(store) as conn:
+        return [str(n) for n in conn.execute(
+            select(t.namespace).where(t.namespace.is_not(None)).distinct()
+            .order_by(t.namespace).limit(limit)).scalars()]
+
+
+def list_streams(store: Any, limit: int = MAX_STREAMS) -> list[dict[str, Any]]:
+    """Streams, most recently updated first: key, status, stage, timeline, meta, times, and
+    the ids (and stall flags) of their open incidents."""
+    s, t = streams.c, incidents.c
+    with _read(store) as conn:
+        rows = conn.execute(select(s.key, s.state, s.updated_at)
+                            .order_by(s.updated_at.desc()).limit(limit)).all()
+        keys = [r.key for r in rows]
+        open_rows = conn.execute(
+            select(t.id, t.stream, t.severity, t.category, t.body)
+            .where(t.status == "open", t.stream.in_(keys))).all() if keys else []
+    open_by: dict[str, list[dict[str, Any]]] = {}
+    for r in open_rows:
+        extra = (r.body or {}).get("extra") or {}
+        open_by.setdefault(r.stream, []).append(
+            {"id": r.id, "severity": r.severity, "category": r.category,
+             "stall": bool(extra.get("stall"))})
+    out = []
+    for r in rows:
+        st = r.state or {}
+        out.append({
+            "stream": r.key, "status": st.get("status"), "stage": st.get("stage"),
+            "timeline": st.get("timeline") or {}, "meta": st.get("meta") or {},
+            "facts": st.get("facts") or {}, "run": st.get("run", 0),
+            "runs_failed": st.get("runs_failed", 0), "lines": st.get("seq", 0),
+            "last_time": st.get("last_time"), "last_stage_change": st.get("last_stage_change"),
+            "last_line": st.get("last_line", ""), "updated_at": r.updated_at,
+            "open_incidents": open_by.get(r.key, []),
+        })
+    return out
+
+
+def list_fleets(store: Any, status: str | None = None,
+                limit: int = MAX_FLEETS) -> list[dict[str, Any]]:
+    """Fleet incidents, newest first, each with its member incidents."""
+    from service.store.fleets import members
+
+    t = incidents.c
+    stmt = select(incidents).where(t.stream.like(FLEET_PREFIX + "%"))
+    if status:
+        stmt = stmt.where(t.status == status)
+    with _read(store) as conn:
+        rows = conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit)
+                            ).mappings().all()
+        out = []
+        for r in rows:
+            view = incident_view(r)
+            view["members"] = members(conn, r["id"])
+            out.append(view)
+    return out
+
+
+def get_silence(store: Any, silence_id: str) -> dict[str, Any] | None:
+    return next((s for s in store.list_silences() if s["id"] == silence_id), None)
+
+
+def expire_silence(store: Any, silence_id: str, now: float) -> bool:
+    """End a silence now, keeping it in the list (as Alertmanager's "expire"); False when
+    unknown or already over. A silence that had not started yet ends before it starts."""
+    s = silences.c
+    with _write(store) as conn:
+        row = conn.execute(select(s.starts_at, s.ends_at).where(s.id == silence_id)).first()
+        if row is None or row.ends_at <= now:
+            return False
+        values: dict[str, float] = {"ends_at": now}
+        if row.starts_at > now:
+            values["starts_at"] = now
+        conn.execute(update(silences).where(s.id == silence_id).values(**values))
+        return True

@@ -1,0 +1,182 @@
+"""What the templates show, computed in Python: times and ages, the startup ladder, the facts
+in on-call order, the silence an incident suggests, a stream's state and time in stage."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from service.taxonomy import STAGE_INDEX, STAGES
+
+# a timeline value this large is an epoch time; smaller ones are line numbers (a log
+# without timestamps)
+EPOCH_MIN = 1e8
+LADDER_LABEL = {
+    "container": "Container", "cuda_init": "CUDA init", "distributed_init": "Distributed init",
+    "model_load": "Model load", "kv_cache_init": "KV cache init", "api_server": "API server",
+    "serving": "Serving",
+}
+# facts in the order on-call reads them (label, key); the rest follow alphabetically
+FACT_ORDER = (
+    ("Image", "image"), ("vLLM", "vllm_version"), ("Driver", "driver_version"),
+    ("Driver branch", "driver_branch"), ("CUDA (driver)", "driver_cuda"),
+    ("CUDA (image)", "image_cuda"), ("GPU", "gpu_model"),
+    ("Compute capability", "compute_capability"), ("GPU memory", "gpu_total_memory"),
+    ("Torch", "torch_version"), ("NCCL", "nccl_version"), ("Model", "model"),
+    ("Tensor parallel", "tensor_parallel_size"), ("Pipeline parallel", "pipeline_parallel_size"),
+    ("Data parallel", "data_parallel_size"), ("Max model len", "max_model_len"),
+    ("GPU memory utilisation", "gpu_memory_utilization"), ("Max num seqs", "max_num_seqs"),
+    ("dtype", "dtype"), ("KV cache dtype", "kv_cache_dtype"), ("Quantization", "quantization"),
+    ("Prefix caching", "enable_prefix_caching"), ("Arguments", "non_default_args"),
+)
+SILENCE_KEYS = ("category", "namespace", "node", "pod", "container", "stage", "tier",
+                "severity")
+SILENCE_DEFAULT = ("category", "namespace")
+DURATIONS = (("1h", "1 hour"), ("2h", "2 hours"), ("4h", "4 hours"), ("8h", "8 hours"),
+             ("1d", "1 day"), ("3d", "3 days"), ("1w", "1 week"))
+
+
+def is_epoch(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= EPOCH_MIN
+
+
+def fmt_time(t: Any) -> str:
+    """``2026-12-02 14:39:21 UTC``; a line number for a log without times; ``—`` for none."""
+    if t is None:
+        return "—"
+    if not is_epoch(t):
+        return f"line {int(t)}" if isinstance(t, int | float) else str(t)
+    return datetime.fromtimestamp(float(t), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso_time(t: Any) -> str:
+    if not is_epoch(t):
+        return ""
+    return datetime.fromtimestamp(float(t), UTC).isoformat().replace("+00:00", "Z")
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min" + (f" {s % 60} s" if s < 600 and s % 60 else "")
+    if s < 86400:
+        return f"{s // 3600} h" + (f" {s % 3600 // 60} min" if s % 3600 // 60 else "")
+    return f"{s // 86400} d" + (f" {s % 86400 // 3600} h" if s % 86400 // 3600 else "")
+
+
+def fmt_ago(t: Any, now: float) -> str:
+    if not is_epoch(t):
+        return "—"
+    d = now - float(t)
+    if d < 0:
+        return "in " + fmt_duration(-d)
+    return fmt_duration(d) + " ago"
+
+
+def age_class(t: Any, now: float) -> str:
+    """``age-new`` (< 1 h), ``age-day`` (< 24 h), ``age-old``."""
+    if not is_epoch(t):
+        return "age-old"
+    d = now - float(t)
+    return "age-new" if d < 3600 else "age-day" if d < 86400 else "age-old"
+
+
+def driver_branch(facts: dict[str, Any]) -> str | None:
+    v = str(facts.get("driver_version") or "")
+    m = re.match(r"(\d{3})\.", v)
+    return f"r{m.group(1)}" if m else None
+
+
+def facts_rows(facts: dict[str, Any], meta: dict[str, Any] | None = None
+               ) -> list[tuple[str, str, str]]:
+    """(label, key, value) for every known fact: the on-call order first, then the rest."""
+    facts = dict(facts or {})
+    if "image" not in facts and (meta or {}).get("image"):
+        facts["image"] = meta["image"]  # type: ignore[index]
+    branch = driver_branch(facts)
+    if branch and "driver_branch" not in facts:
+        facts["driver_branch"] = branch
+    rows = [(label, key, str(facts[key])) for label, key in FACT_ORDER
+            if facts.get(key) not in (None, "")]
+    known = {k for _, k in FACT_ORDER}
+    rows += [(k.replace("_", " "), k, str(v)) for k, v in sorted(facts.items())
+             if k not in known and v not in (None, "")]
+    return rows
+
+
+def ladder(inc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The startup ladder of one incident: every stage in order with when it was reached and
+    its state: ``passed`` (the run went beyond it), ``failed`` (the incident's stage),
+    ``reached`` (reached, at or after the failed rung, e.g. a crash while already further),
+    ``not-reached``."""
+    timeline = inc.get("timeline") or {}
+    failed = inc.get("stage")
+    failed_i = STAGE_INDEX.get(failed, -1) if failed else -1
+    resolved = inc.get("status") == "resolved"
+    first = next((timeline[s] for s in STAGES if is_epoch(timeline.get(s))), None)
+    rungs = []
+    for i, stage in enumerate(STAGES):
+        at = timeline.get(stage)
+        if stage == failed:
+            state = "failed"
+        elif failed_i >= 0 and i < failed_i:
+            state = "passed"
+        elif at is not None:
+            state = "reached"
+        else:
+            state = "not-reached"
+        if state == "passed" and at is None:
+            state = "passed-untimed"  # no line marked it, but the run got beyond it
+        rungs.append({
+            "stage": stage, "label": LADDER_LABEL[stage], "state": state, "at": at,
+            "at_text": fmt_time(at) if at is not None else "",
+            "offset": (f"+{fmt_duration(float(at) - float(first))}"
+                       if is_epoch(at) and first is not None else ""),
+            "resolved": resolved,
+        })
+    return rungs
+
+
+def ladder_state_text(state: str) -> str:
+    return {"passed": "passed", "passed-untimed": "passed (no line marked it)",
+            "failed": "failed here", "reached": "reached", "not-reached": "not reached"}[state]
+
+
+def silence_candidates(inc: dict[str, Any]) -> list[dict[str, Any]]:
+    """Matchers an incident suggests for "silence similar": (key, value, checked)."""
+    meta = inc.get("meta") or {}
+    values = {
+        "category": inc.get("category"), "tier": inc.get("tier"), "stage": inc.get("stage"),
+        "severity": inc.get("severity"), "namespace": inc.get("namespace") or meta.get(
+            "namespace"), "node": inc.get("node") or meta.get("node"),
+        "pod": inc.get("pod") or meta.get("pod"), "container": meta.get("container"),
+    }
+    return [{"key": k, "value": str(values[k]), "checked": k in SILENCE_DEFAULT}
+            for k in SILENCE_KEYS if values.get(k) not in (None, "")]
+
+
+def stream_state(st: dict[str, Any], now: float, deadlines: dict[str, float]
+                 ) -> dict[str, Any]:
+    """What the streams page shows: the state (``starting``, ``stalled``, ``ready``,
+    ``serving``, ``failed``, ``stopped``), the stage and how long it has been in it."""
+    status = st.get("status") or "starting"
+    stage = st.get("stage")
+    since = st.get("last_stage_change")
+    if not is_epoch(since):
+        at = (st.get("timeline") or {}).get(stage) if stage else None
+        since = at if is_epoch(at) else None
+    last = st.get("last_time") if is_epoch(st.get("last_time")) else st.get("updated_at")
+    live_end = now if status in ("starting", "ready", "serving") else (last or now)
+    in_stage = (live_end - float(since)) if since is not None else None
+    stalled = any(i.get("stall") for i in st.get("open_incidents") or [])
+    deadline = deadlines.get(stage or "") if status == "starting" else None
+    if deadline and in_stage is not None and in_stage > deadline:
+        stalled = True
+    state = "stalled" if stalled and status in ("starting", "failed") else status
+    return {"state": state, "stage": stage, "in_stage": in_stage,
+            "in_stage_text": fmt_duration(in_stage), "since": since, "deadline": deadline}
