@@ -110,7 +110,8 @@ def build(settings: Settings) -> Service:
     rulebook = RuleBook()
     model = load_text_model() if settings.use_model else None
     classifier = Classifier(rulebook, text_model=model, novelty=NoveltyDetector(),
-                            clock=time.time, stall_deadlines=settings.stall.deadlines_s)
+                            clock=time.time, stall_deadlines=settings.stall.deadlines_s,
+                            crash_loop_attempts=settings.restarts.crash_loop_attempts)
     ctx_kwargs = {"instance_id": settings.instance_id or default_instance_id(
         settings.store.url, settings.api.host, settings.api.port)}
     ctx = ServiceContext(settings=settings, store=store, pipeline=None, rulebook=rulebook,

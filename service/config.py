@@ -132,6 +132,16 @@ class StallSettings(BaseModel):
     })
 
 
+class RestartSettings(BaseModel):
+    """Restarts of one workload: a new run in its stream (a new banner, API server pid or
+    later start), a new container of its pod, a pod that replaced another of its workload on
+    the same node. The same failure again counts one more restart on the open incident
+    (stored, not notified); at ``crash_loop_attempts`` failed starts it becomes a crash loop
+    (one notification, saying whether restarting can help)."""
+
+    crash_loop_attempts: int = Field(3, ge=2)
+
+
 class StreamSettings(BaseModel):
     """Streams kept in memory (their snapshots are in the store and come back with their next
     line): at most ``max_in_memory``, and none untouched for ``idle_evict_s``."""
@@ -167,6 +177,7 @@ class Settings(BaseSettings):
     receivers: list[ReceiverSettings] = Field(default_factory=list)
     notify: NotifySettings = Field(default_factory=NotifySettings)
     stall: StallSettings = Field(default_factory=StallSettings)
+    restarts: RestartSettings = Field(default_factory=RestartSettings)
     streams: StreamSettings = Field(default_factory=StreamSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     use_model: bool = True

@@ -314,6 +314,8 @@ class Pipeline:
             kinds.append(ch.kind)
             changed[ch.incident.id] = (ch.incident, kinds)
             touched[ch.incident.stream] = None
+            for key in ch.also:  # e.g. the pod an incident followed its workload from
+                touched[key] = None
 
     def _write(self, inc: Incident, kinds: list[str]) -> IncidentWrite:
         body = bounded_incident(inc.to_dict())

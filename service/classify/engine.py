@@ -21,8 +21,8 @@ from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, Signature, load_playbook
 from service.classify.stream_state import FAILED, READY, SERVING, STARTING, STOPPED, StreamState
 from service.intel import serving_stats, stalls
-from service.intel.playbook import playbook_for
-from service.intel.workload import diff_facts, workload_key
+from service.intel.playbook import playbook_for, restart_advice, warning_advice
+from service.intel.workload import diff_facts, restart_unit, workload_key
 from service.parse import line as L
 from service.records import LogRecord
 from service.taxonomy import STAGE_INDEX, later_stage, tier_of
@@ -47,11 +47,14 @@ class NoveltyLike(Protocol):
 
 @dataclass(slots=True)
 class Change:
-    """An incident changed: ``opened``, ``updated`` (root cause or restarts changed),
-    ``resolved``, or ``evidence`` (more lines attached; stored, not notified)."""
+    """An incident changed: ``opened``, ``updated`` (root cause changed, or it became a
+    crash loop), ``resolved``, or ``evidence`` (more lines attached, or one more restart that
+    failed the same way; stored, not notified). ``also``: other streams whose state the
+    change touched (an incident that followed its workload from a replaced pod)."""
 
     kind: str
     incident: Incident
+    also: tuple[str, ...] = ()
 
 
 # Lines of other programs (runtimes, kernel, transports, C++ services) that print no level:
@@ -69,6 +72,16 @@ _WAITING = re.compile(r"\b(?:waiting for|still waiting|waiting on|wait for .{0,4
 WAIT_REPEATS = 5
 WAIT_MIN_SPAN_S = 120.0
 MAX_WORKLOADS = 100_000  # last-good facts kept in memory (least recently started go first)
+# Restarts. A run that starts this many seconds after the previous line of a failed or
+# stopped stream, with a stage marker, is a new run even without a banner (kubelet waits at
+# least 10 s before restarting a container; vLLM takes seconds to import before its first line)
+RESTART_GAP_S = 5.0
+# a restart whose first finding says nothing definite (a cascade such as "EngineCore failed
+# to start", an unknown error) waits for its root cause this long before it is judged the
+# same failure again (the service's timer; offline: the end of the log)
+PENDING_MAX_S = 60.0
+CRASH_LOOP_ATTEMPTS = 3  # failed starts of one workload, the same way, that make a crash loop
+MAX_ATTEMPTS_KEPT = 20  # attempts listed in an incident's timeline (the count goes on)
 
 
 class Classifier:
@@ -82,6 +95,7 @@ class Classifier:
         state_loader: Callable[[str], StreamState | None] | None = None,
         clock: Callable[[], float] | None = None,
         stall_deadlines: dict[str, float] | None = None,
+        crash_loop_attempts: int = CRASH_LOOP_ATTEMPTS,
     ) -> None:
         self.rules = rulebook or RuleBook()
         self.playbook = load_playbook(self.rules.rules_dir if rulebook else RULES_DIR)
@@ -91,6 +105,11 @@ class Classifier:
         self.clock = clock  # service mode: ingestion time when a record carries none
         self.stall_deadlines = stall_deadlines or stalls.DEFAULT_DEADLINES_S
         self.last_good: dict[str, dict[str, str]] = {}  # workload → facts of its last good start
+        self.crash_loop_attempts = max(2, int(crash_loop_attempts))
+        # restart unit (workload on a node) → {open critical incident id: its stream}, so a
+        # replacement pod's failure continues its predecessor's incident (memory only)
+        self.units: dict[str, dict[str, str]] = {}
+        self._prev_time: float | None = None  # time of the stream's line before this one
         self.streams: dict[str, StreamState] = {}
         # tracebacks not ended by an exception line yet (process → their frame/code lines),
         # and processes whose next traceback is chained to the previous one
@@ -135,12 +154,27 @@ class Classifier:
     def feed(self, rec: LogRecord) -> list[Change]:
         st = self.state(rec.stream, rec.meta)
         meta = rec.meta
+        changes: list[Change] = []
         if meta and (meta.get("container_id") != st.meta.get("container_id")
                      or meta.get("image") != st.meta.get("image") or not st.facts):
+            old, new = st.meta.get("container_id"), meta.get("container_id")
+            if old and new and old != new and (st.stage is not None or st.status != STARTING):
+                # a new container of the same pod (kubelet restarted it): a new run
+                self._new_run(st, changes, rec.time)
             _merge_meta(st, meta, self.rules)
-        return self.feed_text(st, rec.text, rec.time)
+        return changes + self.feed_text(st, rec.text, rec.time)
 
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
+        self._prev_time = st.last_time
+        changes = self._feed_line(st, text, time)
+        if st.extra.get("pending"):
+            self._settle(st, changes, final=False)
+        if any("pending_restart_of" in c.incident.extra for c in changes):
+            # a restart's incident not judged yet (same failure again or a new one): silent
+            changes = [c for c in changes if "pending_restart_of" not in c.incident.extra]
+        return changes
+
+    def _feed_line(self, st: StreamState, text: str, time: float | None) -> list[Change]:
         if time is None and self.clock is not None:
             time = self.clock()
         if st.stage == "serving" and not st.shutting_down:
@@ -198,8 +232,11 @@ class Classifier:
         self._open_tb.pop(where, None)
         st.last_line = line.text
         hits = self.rules.scan(line.message)
-        if hits.run_start and self._is_new_run(st):
-            self._new_run(st, changes)
+        if ((hits.run_start or self._restart_signal(st, line, bool(hits.stages), time))
+                and self._is_new_run(st)):
+            self._new_run(st, changes, time)
+        if line.process == "APIServer" and line.pid is not None:
+            st.extra.setdefault("api_pid", line.pid)
         if hits.stages:
             for stage in hits.stages:
                 self._advance(st, stage, time, changes)
@@ -238,11 +275,28 @@ class Classifier:
     # ---- stages and runs -----------------------------------------------------------
     @staticmethod
     def _is_new_run(st: StreamState) -> bool:
+        if st.status in (FAILED, STOPPED):
+            return True
         if st.stage is None:
             return False
         return st.status != STARTING or STAGE_INDEX[st.stage] >= STAGE_INDEX["distributed_init"]
 
-    def _new_run(self, st: StreamState, changes: list[Change]) -> None:
+    def _restart_signal(self, st: StreamState, line: L.Line, stage_marker: bool,
+                        time: float | None) -> bool:
+        """A new run without a banner: another API server process (a new pid), or a startup
+        stage marker after a failed or stopped run went quiet (a later start)."""
+        pid = st.extra.get("api_pid")
+        if line.process == "APIServer" and pid is not None and line.pid not in (None, pid):
+            return True
+        if not stage_marker or st.status not in (FAILED, STOPPED):
+            return False
+        prev = self._prev_time
+        return st.status == STOPPED or (
+            prev is not None and time is not None and time - prev >= RESTART_GAP_S)
+
+    def _new_run(self, st: StreamState, changes: list[Change], time: float | None = None) -> None:
+        if st.extra.get("pending"):  # the previous attempt ended without its root cause
+            self._settle(st, changes, final=True)
         st.run += 1
         st.stage = None
         st.timeline = {}
@@ -250,7 +304,9 @@ class Classifier:
         st.shutting_down = False
         st.frame_hint = {}
         st.facts = {}
-        st.first_time = st.last_time
+        st.first_time = time  # else the run's first line with a time
+        for key in ("stats", "waiting", "api_pid"):  # per-run state of the checks
+            st.extra.pop(key, None)
         _merge_meta(st, st.meta, self.rules)
 
     def _advance(self, st: StreamState, stage: str, time: float | None,
@@ -276,19 +332,25 @@ class Classifier:
 
     def _resolve_passed(self, st: StreamState, time: float | None, changes: list[Change],
                         ready: bool = False) -> None:
-        """A later run that gets past the failing stage resolves the incident."""
-        for inc in list(st.incidents):
-            if inc.status != "open" or inc.run >= st.run or inc.severity != "critical":
+        """A later run (of this pod, or of the pod that replaced it) that gets past the
+        failing stage resolves the incident."""
+        mine = [i for i in st.incidents if i.run < st.run and "pending_restart_of" not in i.extra]
+        for inc in mine + self._replaced_priors(st):
+            if inc.status != "open" or inc.severity != "critical":
                 continue
             failed_at = later_stage(inc.stage, inc.extra.get("reached")) or inc.stage
             if ready or (st.stage and STAGE_INDEX[st.stage] > STAGE_INDEX[failed_at]):
                 inc.status = "resolved"
                 inc.resolved_at = time
+                who = "the workload" if inc.stream == st.key else \
+                    f"the workload (pod {st.meta.get('pod') or st.key})"
                 inc.resolution = (
-                    f"run {st.run} of the workload got past {inc.stage}"
+                    f"run {st.run} of {who} got past {inc.stage}"
                     + (" and is ready" if ready else f" (reached {st.stage})")
                 )
-                st.incidents.remove(inc)
+                owner = st if inc.stream == st.key else self.streams.get(inc.stream)
+                if owner is not None and inc in owner.incidents:
+                    owner.incidents.remove(inc)
                 changes.append(Change("resolved", inc))
 
     # ---- findings ------------------------------------------------------------------
@@ -439,41 +501,11 @@ class Classifier:
         else:
             inc = st.current(severity)
         if inc is None:
-            same = None
             if severity == "critical":
-                same = next((i for i in st.incidents if i.status == "open"
-                             and i.severity == "critical" and i.category == f.category
-                             and i.run < st.run), None)
-            if same is not None:  # the workload restarted and failed the same way
-                same.restarts += 1
-                same.run = st.run
-                if same.restarts >= 2:
-                    same.extra["crash_loop"] = True
-                    same.extra["restart_helps"] = same.tier not in ("compatibility", "integration")
-                    if not same.extra["restart_helps"]:
-                        same.extra["note"] = (f"crash loop: failed the same way {same.restarts + 1}"
-                                              f" times; restarting will not help")
-                same.updated_at = f.time
-                same.timeline = dict(st.timeline)
-                changes.append(Change("updated", same))
-                if f.role != "cascade":
-                    st.status = FAILED
-                return same
-            inc = Incident(
-                id=Incident.make_id(st.key, st.run, f.seq, f.line), stream=st.key, run=st.run,
-                primary=f, severity=severity, meta=dict(st.meta), opened_at=f.time,
-                updated_at=f.time,
-            )
-            inc.note(f.line)
-            if st.stage:
-                inc.extra["reached"] = st.stage  # where the failing run had got to
-            self._refresh(st, inc)
-            st.incidents.append(inc)
-            if severity == "critical":
-                st.status = FAILED
-                st.runs_failed += 1
-            changes.append(Change("opened", inc))
-            return inc
+                priors = self._priors(st)
+                if priors:  # the workload restarted and failed again
+                    return self._restarted(st, f, priors, changes)
+            return self._open(st, f, severity, changes)
         inc.note(f.line)
         inc.updated_at = f.time
         self._implied_stage(inc, f, changes)
@@ -483,6 +515,185 @@ class Classifier:
         else:
             changes.append(Change("evidence", inc))
         return inc
+
+    def _open(self, st: StreamState, f: Finding, severity: str, changes: list[Change], *,
+              previous: Incident | None = None, pending: bool = False) -> Incident:
+        """A new incident of this run (``pending``: a restart's, not announced until it is
+        judged a new failure rather than the same one again)."""
+        inc = Incident(
+            id=Incident.make_id(st.key, st.run, f.seq, f.line), stream=st.key, run=st.run,
+            primary=f, severity=severity, meta=dict(st.meta), opened_at=f.time,
+            updated_at=f.time,
+        )
+        inc.note(f.line)
+        if st.stage:
+            inc.extra["reached"] = st.stage  # where the failing run had got to
+        self._refresh(st, inc)
+        st.incidents.append(inc)
+        if severity != "critical":
+            changes.append(Change("opened", inc))
+            return inc
+        st.status = FAILED
+        st.runs_failed += 1
+        last = st.extra.get("last_failure")
+        if previous is not None:
+            inc.extra["after_restart_of"] = _link(previous)
+        elif last and last.get("run", st.run) < st.run:
+            inc.extra["after_restart_of"] = {k: v for k, v in last.items()
+                                          if k not in ("run", "started")}
+        if pending:
+            inc.extra["pending_restart_of"] = previous.id if previous else None
+            st.extra["pending"] = {"incident": inc.id,
+                                   "since": f.time if f.time is not None else st.last_time}
+            return inc
+        self._announce(st, inc, changes)
+        return inc
+
+    def _announce(self, st: StreamState, inc: Incident, changes: list[Change]) -> None:
+        st.extra["last_failure"] = {**_link(inc), "run": st.run, "started": st.first_time}
+        self._index(st, inc)
+        changes.append(Change("opened", inc))
+
+    # ---- restarts ----------------------------------------------------------------------
+    def _priors(self, st: StreamState) -> list[Incident]:
+        """Open failures of earlier runs of this workload, latest first: this stream's, then
+        those of a pod this one replaced (same workload on the same node, gone quiet before
+        this run started)."""
+        mine = [i for i in st.incidents if i.status == "open" and i.severity == "critical"
+                and i.run < st.run and "pending_restart_of" not in i.extra]
+        mine.sort(key=lambda i: i.run, reverse=True)
+        return mine + self._replaced_priors(st)
+
+    def _replaced_priors(self, st: StreamState) -> list[Incident]:
+        unit = restart_unit(st.key, st.meta)
+        ids = self.units.get(unit) if unit else None
+        if not ids:
+            return []
+        out = []
+        for iid, key in list(ids.items()):
+            if key == st.key:
+                continue
+            other = self.streams.get(key)  # memory only: an evicted pod is not followed
+            inc = next((i for i in other.incidents if i.id == iid and i.status == "open"),
+                       None) if other is not None else None
+            if inc is None:
+                del ids[iid]
+                continue
+            # replaced, not a replica running beside it: the other pod's run had failed or
+            # stopped, and its last line came before this run's first
+            if (other.status in (FAILED, STOPPED) and st.first_time is not None
+                    and other.last_time is not None and st.first_time >= other.last_time):
+                out.append(inc)
+        return out
+
+    def _index(self, st: StreamState, inc: Incident) -> None:
+        unit = restart_unit(st.key, st.meta)
+        if not unit:
+            return
+        ids = self.units.pop(unit, None) or {}
+        ids[inc.id] = st.key
+        self.units[unit] = ids  # most recently failed last
+        while len(self.units) > MAX_WORKLOADS:
+            del self.units[next(iter(self.units))]
+
+    def _restarted(self, st: StreamState, f: Finding, priors: list[Incident],
+                   changes: list[Change]) -> Incident:
+        """The first failure of a restarted run: the same failure again (the prior incident
+        counts a restart), a different one (a new incident linked to the prior), or, while
+        only a cascade or an unknown error is known, not decided yet."""
+        same = next((p for p in priors if p.category == f.category), None)
+        if same is not None:
+            return self._fold(st, f, same, changes)
+        if f.role == "cause" and f.category != "unknown":
+            return self._open(st, f, "critical", changes, previous=priors[0])
+        return self._open(st, f, "critical", changes, previous=priors[0], pending=True)
+
+    def _settle(self, st: StreamState, changes: list[Change], final: bool) -> None:
+        """Judge a restart's pending incident once its root cause is known (a cause with a
+        category), or at the end of the attempt (``final``): the same category as an open
+        failure of the workload → that incident counts one more restart; another category →
+        announced as a new incident; still unknown at the end → the same failure again."""
+        pend = st.extra.get("pending") or {}
+        inc = next((i for i in st.incidents if i.id == pend.get("incident")), None)
+        if inc is None or inc.status != "open" or "pending_restart_of" not in inc.extra:
+            st.extra.pop("pending", None)
+            return
+        priors = [p for p in self._priors(st) if p is not inc]
+        same = next((p for p in priors if p.category == inc.category), None)
+        decisive = inc.primary.role == "cause" and inc.category != "unknown"
+        if same is None and not decisive and not final:
+            return
+        st.extra.pop("pending", None)
+        del inc.extra["pending_restart_of"]
+        changes[:] = [c for c in changes if c.incident is not inc]  # said nothing yet
+        if same is None and inc.category == "unknown" and priors:
+            same = priors[0]
+        if same is None:
+            self._announce(st, inc, changes)
+            return
+        st.incidents.remove(inc)
+        st.runs_failed -= 1
+        for key, (f, owner) in list(self._refine.items()):
+            if owner is inc:
+                self._refine[key] = (f, same)
+        self._fold(st, inc.primary, same, changes, inc.related, at=inc.opened_at)
+
+    def _fold(self, st: StreamState, f: Finding, prior: Incident, changes: list[Change],
+              others: Iterable[Finding] = (), at: float | None = None) -> Incident:
+        """The workload failed the same way again: one more restart of ``prior`` (moved to
+        this stream when a replacement pod failed), a crash loop at the configured count.
+        Only the change into a crash loop (or a new root cause) is notified."""
+        also: tuple[str, ...] = ()
+        if "attempts" not in prior.extra:  # the first restart: the first attempt too
+            home = st if prior.stream == st.key else self.streams.get(prior.stream)
+            first = (home.extra.get("last_failure") or {}) if home is not None else {}
+            prior.extra["attempts"] = [_attempt(
+                1, prior.run, prior.stream, prior.meta,
+                first.get("started") if first.get("id") == prior.id else None,
+                prior.opened_at, prior.stage)]
+        attempts = prior.extra["attempts"]
+        if prior.stream != st.key:
+            also = (prior.stream,)
+            old = self.streams.get(prior.stream)
+            if old is not None and prior in old.incidents:
+                old.incidents.remove(prior)
+            prior.stream = st.key
+            prior.meta = dict(st.meta)
+            st.incidents.append(prior)
+        prior.restarts += 1
+        prior.run = st.run
+        at = f.time if at is None else at
+        attempts.append(_attempt(prior.restarts + 1, st.run, st.key, st.meta, st.first_time,
+                                 at, f.stage))
+        del attempts[1:-(MAX_ATTEMPTS_KEPT - 1)]  # the first attempt and the latest ones
+        prior.updated_at = at
+        prior.timeline = dict(st.timeline)
+        kind = "evidence"
+        for finding in (f, *others):
+            if prior.add(finding):
+                kind = "updated"
+        if prior.restarts + 1 >= self.crash_loop_attempts:
+            if not prior.extra.get("crash_loop"):
+                kind = "updated"
+            self._crash_loop(prior)
+        st.status = FAILED
+        st.runs_failed += 1
+        st.extra["last_failure"] = {**_link(prior), "run": st.run, "started": st.first_time}
+        self._index(st, prior)
+        changes.append(Change(kind, prior, also))
+        return prior
+
+    def _crash_loop(self, inc: Incident) -> None:
+        attempts = inc.restarts + 1
+        helps, why = restart_advice(inc.category, self.playbook)
+        inc.extra["crash_loop"] = True
+        inc.extra["crash_loop_at"] = self.crash_loop_attempts
+        inc.extra["restart_helps"] = helps
+        inc.extra["note"] = (
+            f"crash loop: failed the same way {attempts} times ("
+            f"{inc.restarts} restart{'s' if inc.restarts != 1 else ''}); "
+            + ("restarting will not help: " if not helps else "restarting has not helped: ")
+            + why)
 
     def _implied_stage(self, inc: Incident, f: Finding, changes: list[Change]) -> None:
         """A cascade that shows where things were (e.g. the API server's output handler
@@ -505,12 +716,31 @@ class Classifier:
         inc.timeline = dict(st.timeline)
         inc.explanation = (explain_compatibility(st.facts, self.rules.cuda)
                            if inc.tier == COMPAT_TIER else None)
-        inc.extra["playbook"] = playbook_for(inc.category, self.playbook, st.facts)
+        if inc.severity == "warning":
+            self._warning_advice(inc)
+            inc.extra["playbook"] = playbook_for(inc.category, self.playbook, st.facts,
+                                                 rule=inc.primary.rule)
+        else:
+            inc.extra["playbook"] = playbook_for(inc.category, self.playbook, st.facts)
         changed = diff_facts(st.last_good_facts, st.facts)
         if changed:
             inc.extra["changed_since_last_good"] = changed
         else:
             inc.extra.pop("changed_since_last_good", None)
+
+    def _warning_advice(self, inc: Incident) -> None:
+        """A warning explains itself (its own entry in the playbook's ``warnings``, else its
+        signature's description and remediation) and says what triggered it."""
+        p = inc.primary
+        own = warning_advice(p.rule, self.playbook)
+        sig = self.rules.signature(p.rule) if p.rule else None
+        if own and own["first_move"]:
+            p.remediation = own["first_move"]
+        inc.explanation = ((own or {}).get("explanation")
+                           or (" ".join(sig.description.split()) if sig and sig.description
+                               else None))
+        if not p.detail:
+            p.detail = serving_stats.line_detail(p.rule, L.clean(p.line))
 
     # ---- judgements beyond single lines ------------------------------------------------
     def _judgement(self, st: StreamState, rule: str, category: str, detail: str, line: str,
@@ -571,6 +801,9 @@ class Classifier:
         """Timer check: open a stall incident for every startup stuck past its deadline."""
         changes: list[Change] = []
         for st in self.streams.values():
+            pend = st.extra.get("pending")
+            if pend and (pend.get("since") is None or now - pend["since"] >= PENDING_MAX_S):
+                self._settle(st, changes, final=True)
             self.check_stall(st, now, changes)
         return changes
 
@@ -581,7 +814,8 @@ class Classifier:
 
     def close_truncated(self, st: StreamState, changes: list[Change]) -> None:
         """The log ended inside a traceback with no exception line (a cut paste): infer what
-        its frames support, with a low confidence, rather than nothing."""
+        its frames support, with a low confidence, rather than nothing. A restart whose
+        failure was still undecided is judged now (the log ends with its attempt)."""
         for where, tb in list(self._open_tb.items()):
             if where[0] != st.key or not tb:
                 continue
@@ -608,6 +842,8 @@ class Classifier:
                 detail="the traceback ends before its exception line; "
                        f"inferred from {len(tb)} frame/source lines")
             self._attach(st, f, changes)
+        if st.extra.get("pending"):
+            self._settle(st, changes, final=True)
 
     def check_stall(self, st: StreamState, now: float, changes: list[Change]) -> None:
         """Open a stall incident when ``st`` is stuck in a startup stage past its deadline
@@ -635,6 +871,23 @@ class Classifier:
             # facts may arrive after the failure (e.g. nvidia-smi printed by a wrapper)
             if inc.tier == COMPAT_TIER and st.facts != inc.facts:
                 self._refresh(st, inc)
+
+
+def _link(inc: Incident) -> dict[str, Any]:
+    """How a later incident names the one before it."""
+    return {"id": inc.id, "category": inc.category, "stage": inc.stage,
+            "restarts": inc.restarts}
+
+
+def _attempt(n: int, run: int, stream: str, meta: dict[str, Any], started: float | None,
+             failed: float | None, stage: str) -> dict[str, Any]:
+    """One failed start in an incident's ``extra.attempts`` timeline."""
+    out: dict[str, Any] = {"attempt": n, "run": run, "stream": stream, "started": started,
+                           "failed": failed, "stage": stage}
+    for key in ("pod", "container_id", "node"):
+        if meta.get(key):
+            out[key] = meta[key]
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _merge_meta(st: StreamState, meta: dict[str, Any], rules: RuleBook) -> None:

@@ -1,13 +1,46 @@
-"""The remediation playbook of ``rules/playbook.yaml`` applied to one incident."""
+"""The remediation playbook of ``rules/playbook.yaml`` applied to one incident: the
+category's owner, first move and evidence; a warning's own explanation and first move
+(``warnings``); whether restarting can help a failure that repeats (``restarts``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-def playbook_for(category: str, playbook: dict[str, Any], facts: dict[str, str]) -> dict[str, Any]:
+def _text(value: Any) -> str:
+    return " ".join(str(value or "").split())
+
+
+def warning_advice(rule: str | None, playbook: dict[str, Any]) -> dict[str, Any] | None:
+    """A warning's own entry (``warnings.<rule>``): owner, explanation, first move, evidence;
+    None when the rules data has none for it."""
+    entry = (playbook.get("warnings") or {}).get(rule or "")
+    if not entry:
+        return None
+    return {"owner": entry.get("owner"), "explanation": _text(entry.get("explanation")),
+            "first_move": _text(entry.get("first_move")),
+            "evidence": list(entry.get("evidence") or [])}
+
+
+def restart_advice(category: str, playbook: dict[str, Any]) -> tuple[bool, str]:
+    """(whether restarting the workload can help, why) for a failure that repeats: the
+    category's entry under ``restarts.categories``, else its tier's, else the default."""
+    from service.taxonomy import tier_of
+
+    rs = playbook.get("restarts") or {}
+    entry = ((rs.get("categories") or {}).get(category)
+             or (rs.get("tiers") or {}).get(tier_of(category)) or rs.get("default") or {})
+    return bool(entry.get("helps", True)), _text(entry.get("why"))
+
+
+def playbook_for(category: str, playbook: dict[str, Any], facts: dict[str, str],
+                 rule: str | None = None) -> dict[str, Any]:
     """Owner, first move, evidence to collect and (compatibility) the decision with its
-    preconditions, for one incident."""
+    preconditions, for one incident; a warning (``rule`` with a ``warnings`` entry) gets its
+    own owner, explanation, first move and evidence instead of its category's."""
+    own = warning_advice(rule, playbook)
+    if own is not None:
+        return {**own, "evidence": list(playbook.get("common_evidence") or []) + own["evidence"]}
     entry = dict((playbook.get("categories") or {}).get(category) or {})
     out: dict[str, Any] = {
         "owner": entry.get("owner"),

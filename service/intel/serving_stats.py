@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 # V0: "... Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%, ..."
-# V1: "Engine 000: ... Running: 1 reqs, Waiting: 0 reqs[, Deferred: 0 reqs][, Preemptions: 2],
-#      GPU KV cache usage: 0.1%, Prefix cache hit rate: 40.0%"
+# V1: "Engine 000: ... Running: 1 reqs, Waiting: 0 reqs[, Deferred: 0 reqs][, KV fetch: ...]
+#      [, Preemptions: 2], GPU KV cache usage: 0.1%, Prefix cache hit rate: 40.0%"
+#      (Preemptions: those of the interval, printed when not 0; CPU builds say "CPU KV cache")
 _STATS = re.compile(
     r"Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, Avg generation throughput: (?P<gen>[\d.]+)"
     r" tokens/s, Running: (?P<running>\d+) reqs, (?:Swapped: (?P<swapped>\d+) reqs, )?"
     r"(?:Pending|Waiting): (?P<waiting>\d+) reqs(?:, Deferred: \d+ reqs)?"
-    r"(?:, Preemptions: (?P<preempt>\d+))?, (?:GPU|CPU|XPU) KV cache usage: (?P<kv>[\d.]+)%"
+    r"(?:, KV fetch: \d+ waiting to start, \d+ in progress, \d+ completed waiting)?"
+    r"(?:, Preemptions: (?P<preempt>\d+))?, (?P<dev>GPU|CPU|XPU) KV cache usage: (?P<kv>[\d.]+)%"
 )
 _HIT = re.compile(r"Prefix cache hit rate: (?:GPU: )?(?P<hit>[\d.]+)%")
 
@@ -32,20 +34,31 @@ class Judgement:
     detail: str
 
 
+def _pcts(values: list[float]) -> str:
+    return ", ".join(f"{v:.1f}%" for v in values)
+
+
 def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) -> list[Judgement]:
-    """Update ``state`` (kept in the stream's state) with one stats line; return warnings."""
+    """Update ``state`` (kept in the stream's state) with one stats line; return warnings,
+    each with the numbers that triggered it."""
     m = _STATS.search(message)
     if m is None:
         return []
     out: list[Judgement] = []
     kv = float(m.group("kv"))
+    dev = m.group("dev")
     waiting = int(m.group("waiting"))
+    running = int(m.group("running"))
     prompt = float(m.group("prompt"))
+    kvs = state.setdefault("kv", [])
+    kvs.append(kv)
+    del kvs[:-KV_HIGH_LINES]
     state["kv_high"] = state.get("kv_high", 0) + 1 if kv >= KV_HIGH_PCT else 0
     if state["kv_high"] == KV_HIGH_LINES:
         out.append(Judgement("kv-cache-saturated", "oom_runtime",
-                             f"GPU KV cache usage ≥ {KV_HIGH_PCT:.0f}% on {KV_HIGH_LINES} "
-                             f"consecutive stats lines (now {kv:.1f}%, {waiting} waiting)"))
+                             f"{dev} KV cache usage ≥ {KV_HIGH_PCT:.0f}% on the last "
+                             f"{KV_HIGH_LINES} stats lines ({_pcts(kvs)}); {running} running, "
+                             f"{waiting} waiting"))
     queue = state.setdefault("waiting", [])
     queue.append(waiting)
     del queue[:-QUEUE_GROWING_LINES]
@@ -54,8 +67,9 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
             and not state.get("queue_warned")):
         state["queue_warned"] = True
         out.append(Judgement("waiting-queue-growing", "oom_runtime",
-                             f"waiting requests grew on {QUEUE_GROWING_LINES} consecutive stats "
-                             f"lines: {', '.join(map(str, queue))}"))
+                             f"waiting requests grew on the last {QUEUE_GROWING_LINES} stats "
+                             f"lines: {' → '.join(map(str, queue))} ({running} running, "
+                             f"{dev} KV cache usage {kv:.1f}%)"))
     elif queue and queue[-1] == 0:
         state["queue_warned"] = False
     swapped = int(m.group("swapped") or 0)
@@ -64,14 +78,40 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
         state["preempt_warned"] = True
         what = f"{preempt} preemptions" if preempt else f"{swapped} requests swapped out"
         out.append(Judgement("requests-preempted", "oom_runtime",
-                             f"{what} in one stats interval: the KV cache is too small for the load"))
+                             f"{what} in one stats interval ({dev} KV cache usage {kv:.1f}%, "
+                             f"{running} running, {waiting} waiting)"))
     h = _HIT.search(message, m.end())
     if h is not None and prefix_caching_expected and prompt > 0:
         hit = float(h.group("hit"))
         state["hit_zero"] = state.get("hit_zero", 0) + 1 if hit == 0.0 else 0
+        prompts = state.setdefault("prompt", [])
+        prompts.append(prompt)
+        del prompts[:-HIT_ZERO_LINES]
         if state["hit_zero"] == HIT_ZERO_LINES:
             out.append(Judgement("prefix-cache-hit-zero", "config_error",
-                                 f"prefix cache hit rate stayed at 0% over {HIT_ZERO_LINES} stats "
-                                 f"lines while prompts were served: caching is off or prompts "
-                                 f"share no prefix"))
+                                 f"prefix cache hit rate 0.0% on the last {HIT_ZERO_LINES} stats "
+                                 f"lines with prompts being served (prompt throughput "
+                                 f"{', '.join(f'{p:g}' for p in prompts)} tokens/s)"))
     return out
+
+
+_CONCURRENCY = re.compile(r"(?:(?P<dev>GPU|CPU|XPU) KV cache size: (?P<tokens>[\d,]+) tokens, )?"
+                          r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: "
+                          r"(?P<x>[\d.]+)x")
+_PREEMPT = re.compile(r"total_num_cumulative_preemption=(?P<n>\d+)")
+
+
+def line_detail(rule: str | None, line: str) -> str | None:
+    """The numbers of a warning found on one line (a signature), for its detail."""
+    if rule == "kv-cache-barely-fits":
+        m = _CONCURRENCY.search(line)
+        if m:
+            size = (f" ({m.group('dev')} KV cache size {m.group('tokens')} tokens)"
+                    if m.group("tokens") else "")
+            return (f"the KV cache holds {m.group('x')}x a full-length request of "
+                    f"{m.group('len')} tokens{size}: fewer than 2")
+    if rule == "requests-preempted":
+        m = _PREEMPT.search(line)
+        if m:
+            return f"{m.group('n')} requests preempted so far (not enough KV cache space)"
+    return None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# Deployment pods: <name>-<replicaset hash>-<5 chars>; StatefulSet: <name>-<ordinal>.
-_POD_SUFFIX = re.compile(r"^(?P<base>.+?)-(?:[a-z0-9]{6,10}-[a-z0-9]{5}|[a-z0-9]{5}|\d+)$")
+# Deployment pods: <name>-<replicaset hash>-<5 chars>; StatefulSet: <name>-<ordinal>;
+# LeaderWorkerSet workers: <name>-<group>-<worker>; Job pods: <name>-<5 chars>.
+_POD_SUFFIX = re.compile(
+    r"^(?P<base>.+?)-(?:[a-z0-9]{6,10}-[a-z0-9]{5}|\d+-\d+|[a-z0-9]{5}|\d+)$")
 
 DIFF_KEYS = (
     "image", "vllm_version", "driver_version", "driver_cuda", "image_cuda", "nccl_version",
@@ -16,19 +18,49 @@ DIFF_KEYS = (
 )
 
 
+# Labels naming the controller itself: LeaderWorkerSet (leader <lws>-<group>, workers
+# <lws>-<group>-<worker>), Job (pods <job>-<5 chars>, one per retry).
+_CONTROLLER_LABELS = ("leaderworkerset.sigs.k8s.io/name", "batch.kubernetes.io/job-name",
+                      "job-name")
+_ORDINAL = re.compile(r"^(?P<base>.+?)(?:-\d+){1,2}$")  # StatefulSet / LeaderWorkerSet
+
+
 def workload_key(stream: str, meta: dict[str, Any]) -> str:
-    """``namespace/<deployment or statefulset>/container`` when Kubernetes metadata is known,
-    else the stream key (so a rollout's new pods share their predecessors' history)."""
+    """``namespace/<deployment, statefulset, leaderworkerset or job>/container`` when
+    Kubernetes metadata is known, else the stream key (so a rollout's new pods share their
+    predecessors' history). The controller's name comes from its own labels (LWS, Job), the
+    ReplicaSet hash (``pod-template-hash``) or the StatefulSet ordinal in the pod name, then
+    the app labels, then the pod name's usual suffixes."""
     pod = meta.get("pod")
     if not pod:
         return stream
+    pod = str(pod)[:253]  # a Kubernetes object name is at most 253 characters
     labels = meta.get("labels") or {}
-    base = labels.get("app.kubernetes.io/name") or labels.get("app")
+    if not isinstance(labels, dict):
+        labels = {}
+    base = next((str(labels[k]) for k in _CONTROLLER_LABELS if labels.get(k)), None)
+    rs_hash = labels.get("pod-template-hash")
+    if base is None and rs_hash and f"-{rs_hash}-" in pod:
+        base = pod.rsplit(f"-{rs_hash}-", 1)[0]
+    if base is None and labels.get("statefulset.kubernetes.io/pod-name"):
+        m = _ORDINAL.match(pod)
+        base = m.group("base") if m else pod
+    if base is None:
+        base = labels.get("app.kubernetes.io/name") or labels.get("app")
     if not base:
-        pod = str(pod)[:253]  # a Kubernetes object name is at most 253 characters
         m = _POD_SUFFIX.match(pod)
         base = m.group("base") if m else pod
     return f"{meta.get('namespace', '')}/{base}/{meta.get('container', '')}"
+
+
+def restart_unit(stream: str, meta: dict[str, Any]) -> str | None:
+    """What restarts of one workload share across pods: the workload on its node
+    (``namespace/workload/container@node``, as fleets count members), so a pod that replaces
+    another (a rollout, a Job retry, a deleted pod) continues its failure, and replicas on
+    other nodes stay apart. None without Kubernetes metadata (only the stream's own runs)."""
+    if not meta.get("pod"):
+        return None
+    return f"{workload_key(stream, meta)}@{meta.get('node') or ''}"
 
 
 def diff_facts(last_good: dict[str, str] | None, now: dict[str, str]) -> dict[str, list[Any]]:
