@@ -62,6 +62,8 @@ STORE_ERRORS = Counter(
     "Database operations that failed (connection lost, timeout, constraint ...), by read/write.",
     ["op"], registry=REGISTRY,
 )
+for _op in ("read", "write"):
+    STORE_ERRORS.labels(op=_op)  # exposed at 0 from the start (rate() and dashboards)
 DELIVERIES = Counter(
     "sentinel_deliveries_total", "Webhook deliveries, by receiver and outcome.",
     ["receiver", "outcome"], registry=REGISTRY,
