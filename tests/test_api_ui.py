@@ -240,6 +240,12 @@ def test_paste_form_classifies_like_the_api(client: TestClient) -> None:
     assert f"{api['tier']} / {api['category']}" in up and "pod.log" in up
     empty = client.post("/ui/classify", data={"log": "  ", "csrf": token})
     assert empty.status_code == 400
+    # whatever a log says is shown as text, never as markup
+    hostile = ('ERROR 12-02 14:39:21 [core.py:1] RuntimeError: CUDA error: out of memory '
+               '<script>alert(1)</script><img src=x onerror=alert(2)>')
+    html = client.post("/ui/classify", data={"log": hostile, "csrf": token}).text
+    assert "<script>alert(1)" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
 def test_alert_links_open_the_incident_page() -> None:

@@ -90,13 +90,18 @@ def secure_cookie_ok(request: Request) -> bool:
     return is_https(request) or is_loopback(request.url.hostname or "")
 
 
+def cookie_path(request: Request) -> str:
+    """``/ui`` below the app's root path (a reverse proxy serving it under a prefix)."""
+    return str(request.scope.get("root_path") or "").rstrip("/") + COOKIE_PATH
+
+
 def set_login(response: Response, request: Request, token: str) -> None:
-    response.set_cookie(COOKIE, token, max_age=MAX_AGE_S, path=COOKIE_PATH, httponly=True,
-                        secure=secure_cookie_ok(request), samesite="lax")
+    response.set_cookie(COOKIE, token, max_age=MAX_AGE_S, path=cookie_path(request),
+                        httponly=True, secure=secure_cookie_ok(request), samesite="lax")
 
 
 def clear_login(response: Response, request: Request) -> None:
-    response.delete_cookie(COOKIE, path=COOKIE_PATH, httponly=True,
+    response.delete_cookie(COOKIE, path=cookie_path(request), httponly=True,
                            secure=secure_cookie_ok(request), samesite="lax")
 
 
@@ -115,8 +120,8 @@ def csrf_token(request: Request) -> str:
 
 def keep_csrf(response: Response, request: Request) -> None:
     if getattr(request.state, "csrf_new", False):
-        response.set_cookie(CSRF_COOKIE, request.state.csrf, path=COOKIE_PATH, httponly=True,
-                            secure=secure_cookie_ok(request), samesite="strict")
+        response.set_cookie(CSRF_COOKIE, request.state.csrf, path=cookie_path(request),
+                            httponly=True, secure=secure_cookie_ok(request), samesite="strict")
 
 
 def same_origin(request: Request) -> bool:

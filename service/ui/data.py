@@ -23,7 +23,7 @@ from service.store.schema import incidents, silences, streams
 FILTERS = {"status": "status", "tier": "tier", "category": "category", "stage": "stage",
            "severity": "severity", "namespace": "namespace", "node": "node", "pod": "pod",
            "stream": "stream", "fleet": "fleet_id"}
-MAX_STREAMS = 500
+MAX_STREAMS = 300  # each snapshot is read whole (its open incidents included)
 MAX_FLEETS = 200
 
 

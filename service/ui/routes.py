@@ -127,8 +127,11 @@ async def _form(request: Request, limit: int = MAX_FORM) -> dict[str, Any]:
     body = await read_body(request, limit)
     media = (request.headers.get("content-type") or "").split(";", 1)[0].strip().lower()
     if media == "application/x-www-form-urlencoded":
-        parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True,
-                          max_num_fields=200)
+        try:
+            parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True,
+                              max_num_fields=200)
+        except ValueError:
+            raise HTTPException(status_code=400, detail="too many form fields") from None
         return {k: v[-1] for k, v in parsed.items()}
     if media == "multipart/form-data":
         async def receive() -> dict[str, Any]:
@@ -334,7 +337,8 @@ def streams_page(request: Request) -> Response:
     now = time.time()
     deadlines = _ctx(request).settings.stall.deadlines_s
     rows = []
-    for st in data.list_streams(_store(request)):
+    listed = data.list_streams(_store(request))
+    for st in listed:
         st["view"] = present.stream_state(st, now, deadlines)
         rows.append(st)
     wanted = request.query_params.get("state") or ""
@@ -342,7 +346,8 @@ def streams_page(request: Request) -> Response:
     if wanted in STREAM_STATES:
         rows = [r for r in rows if r["view"]["state"] == wanted]
     return render(request, "streams.html", nav="streams", title="Streams", streams=rows,
-                  state=wanted, states=STREAM_STATES, counts=counts, stage_index={
+                  state=wanted, states=STREAM_STATES, counts=counts,
+                  truncated=data.MAX_STREAMS if len(listed) >= data.MAX_STREAMS else 0, stage_index={
                       s: i for i, s in enumerate(STAGES)}, stages=STAGES,
                   labels=present.LADDER_LABEL)
 
