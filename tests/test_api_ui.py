@@ -120,6 +120,31 @@ def test_detail_shows_the_whole_root_cause_and_the_failed_rung(client: TestClien
     assert client.get("/ui/incidents/nope").status_code == 404
 
 
+def test_a_crash_loop_shows_its_attempts(tmp_path: Path) -> None:
+    from tests.e2e_support import fluent_bit_records
+
+    ctx = make_context(tmp_path / "s.db", RuleBook())
+    try:
+        with TestClient(create_app(ctx), base_url="https://testserver") as c:
+            now = time.time()
+            for k in range(3):  # the same pod fails the same way three times, 2 min apart
+                recs = fluent_bit_records(KV, "llm-prod", "llama-0", node="gpu-a",
+                                          end=now - 600 + 120 * k)
+                r = c.post("/ingest", content=json_array(recs),
+                           headers={**WRITE, "Content-Type": "application/json"})
+                assert r.status_code == 200, r.text
+            (inc,) = critical(c)
+            assert inc["restarts"] == 2 and inc["extra"]["crash_loop"]
+            html = c.get(f"/ui/incidents/{inc['id']}").text
+            assert '<span class="badge crash">crash loop</span>' in html
+            assert "restarting will not help" in html
+            table = html.split('<table class="data attempts">', 1)[1].split("</table>", 1)[0]
+            assert table.count("<tr><td>") == 3 and "llama-0" in table
+            assert '<span class="restarts">2 restarts</span>' in c.get("/ui/incidents").text
+    finally:
+        close_context(ctx)
+
+
 def test_fleets_streams_and_silences_pages_show_the_store(client: TestClient) -> None:
     streams = client.get("/ui/streams").text
     assert "llm-prod/llama-0/vllm" in streams and "st-failed" in streams
