@@ -256,7 +256,7 @@ def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
     expect(row).to_contain_text("namespace=llm-silence")
 
     # the next matching failure is recorded but does not page
-    env.ingest(KV, "llm-silence", "llama-1", "gpu-a100-9")
+    env.ingest(KV, "llm-silence", "mistral-0", "gpu-a100-8")  # another workload, same failure
     second = next(i for i in env.svc.incidents(namespace="llm-silence")
                   if i["id"] != first["id"])
     env.settled()
