@@ -236,12 +236,13 @@ class Pipeline:
         changed: dict[str, tuple[Incident, list[str]]] = {}
         quarantined: list[dict[str, Any]] = []
         for rec in fresh:
-            touched[rec.stream] = None
             try:
-                found = self.classifier.feed(rec)
+                found = self.classifier.feed(rec)  # (a pod-only Kubernetes record is re-keyed)
             except Exception as exc:  # noqa: BLE001 - one poison record never stops the flow
+                touched[rec.stream] = None
                 quarantined.append(self._quarantine(rec, source, exc))
                 continue
+            touched[rec.stream] = None
             self._collect(found, changed, touched)
         eff = self._effects(touched, changed, advance, source, chunk_id)
         eff.quarantined = quarantined

@@ -152,6 +152,11 @@ class Classifier:
 
     # ---- feeding -------------------------------------------------------------------
     def feed(self, rec: LogRecord) -> list[Change]:
+        if "kube" in rec.meta:  # Kubernetes events / pod status (rec.stream may be re-keyed)
+            from service.classify import kube
+
+            return kube.feed(self, rec)
+        fresh = rec.stream not in self.streams
         st = self.state(rec.stream, rec.meta)
         meta = rec.meta
         changes: list[Change] = []
@@ -162,6 +167,10 @@ class Classifier:
                 # a new container of the same pod (kubelet restarted it): a new run
                 self._new_run(st, changes, rec.time)
             _merge_meta(st, meta, self.rules)
+        if fresh and "pod" in st.meta:  # a container of a pod logs: the pod was scheduled
+            from service.classify import kube
+
+            changes += kube.pod_started(self, st, rec.time)
         return changes + self.feed_text(st, rec.text, rec.time)
 
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:

@@ -30,12 +30,13 @@ def classify_records(records: Iterable[LogRecord], classifier: Classifier | None
     order: list[str] = []
     year = time.gmtime(now if now is not None else time.time()).tm_year
     for rec in records:
-        if rec.stream not in seen:
-            seen[rec.stream] = {}
-            order.append(rec.stream)
         if rec.time is None:
             rec.time = line_time(rec.text, year)
-        _collect(seen, clf.feed(rec))
+        changes = clf.feed(rec)
+        if rec.stream not in seen:  # after feed: a pod-only Kubernetes record is re-keyed
+            seen[rec.stream] = {}
+            order.append(rec.stream)
+        _collect(seen, changes)
     for key in order:
         st = clf.state(key)
         changes: list[Change] = []

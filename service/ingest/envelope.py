@@ -19,8 +19,10 @@ from enum import StrEnum
 from typing import Any
 
 from service import metrics
+from service.ingest.kube import is_kube_object, kube_records
 from service.ingest.runtime_paths import path_meta
 from service.ingest.timestamps import parse_rfc3339, to_epoch
+from service.ingest.vllm_json import is_vllm_json, vllm_json_lines
 from service.records import LogRecord
 
 PARTIAL = "partial"  # meta key set on chunks of a longer line (consumed by the joiner)
@@ -40,6 +42,7 @@ class Format(StrEnum):
     DOCKER = "docker"
     CRI = "cri"
     FLUENT = "fluent"
+    VLLM_JSON = "vllm-json"  # vLLM's JSON log records; its other (text) lines kept raw
 
 
 def decode_line(
@@ -65,12 +68,19 @@ def decode_line(
         first = line[:1]
         if first == "{":
             obj = _json_dict(line)
-            if obj is not None and (text_field(obj) is not None):
+            if obj is not None and (text_field(obj) is not None or is_kube_object(obj)):
                 return _decode_dict_line(obj, stream, position, meta, source, max_line)
         elif "0" <= first <= "9":
             cri = split_cri(line)
             if cri is not None:
                 return _cri_records(cri, stream, position, meta, source, max_line)
+    elif fmt == Format.VLLM_JSON:
+        obj = _json_dict(line) if line[:1] == "{" else None
+        if obj is not None and is_vllm_json(obj):
+            rec_meta = dict(meta) if meta else {}
+            key = stream_key(rec_meta, stream) if meta else stream
+            return _records("\n".join(vllm_json_lines(obj)), key, None, rec_meta, position,
+                            False, source, max_line)
     elif fmt == Format.CRI:
         cri = split_cri(line)
         if cri is None:
@@ -79,7 +89,8 @@ def decode_line(
         return _cri_records(cri, stream, position, meta, source, max_line)
     elif fmt == Format.DOCKER or fmt == Format.FLUENT:
         obj = _json_dict(line) if line[:1] == "{" else None
-        if obj is None or text_field(obj) is None:
+        if obj is None or (text_field(obj) is None
+                           and (fmt == Format.DOCKER or not is_kube_object(obj))):
             metrics.reject(source, "bad_docker" if fmt == Format.DOCKER else "bad_record", line)
             return []
         if fmt == Format.FLUENT:
@@ -122,9 +133,19 @@ def decode_record(
     line; ``auto`` detects that when the record has no ``stream``/``_p``/``logtag``.
     """
     text = text_field(record)
+    if ("involvedObject" in record or text is None) and is_kube_object(record):
+        # a Kubernetes Event / Pod / list of them: evidence lines of the pod's stream
+        return kube_records(record, time=time,
+                            position=position, meta={"tag": tag} if tag else None)
+    if "levelname" in record and is_vllm_json(record):  # vLLM JSON (Fluent Bit merged it)
+        text = "\n".join(vllm_json_lines(record))
     if type(text) is not str:
         if isinstance(text, bytes | bytearray):
             text = decode_bytes(bytes(text), source)
+        elif type(text) is dict and is_vllm_json(text):  # log decoded as JSON
+            text = "\n".join(vllm_json_lines(text))
+        elif text is None and (nested := _merged_vllm_json(record)) is not None:
+            text = "\n".join(vllm_json_lines(nested))  # Merge_Log_Key
         else:
             metrics.reject(source, "no_log_field", repr(record)[:200])
             return []
@@ -304,6 +325,17 @@ def decode_bytes(data: bytes, source: str) -> str:
         return data.decode("utf-8", "replace")
 
 
+def has_line(record: Mapping[str, Any]) -> bool:
+    """Whether :func:`decode_record` can take ``record``: it has a line field (text or
+    bytes; a vLLM JSON record parsed into a map), or it is a Kubernetes object."""
+    text = text_field(record)
+    if type(text) is str or isinstance(text, bytes | bytearray):
+        return True
+    if type(text) is dict:
+        return is_vllm_json(text)
+    return is_kube_object(record) or _merged_vllm_json(record) is not None
+
+
 def text_field(record: Mapping[str, Any]) -> Any:
     """The record's line: ``log``, else ``message`` (classic CRI parser, JSON app logs), else
     ``MESSAGE`` (journald); ``None`` when it has none."""
@@ -336,6 +368,26 @@ def parse_json(text: str) -> Any:
     if end != len(text) and not text[end:].isspace():
         raise ValueError("extra data after the JSON value")
     return obj
+
+
+def expand_vllm_json(text: str) -> str | None:
+    """The lines (``\\n``-joined) vLLM's text formatter prints for ``text`` when it is one
+    of vLLM's JSON log records (see :mod:`service.ingest.vllm_json`), else None."""
+    if text[:1] != "{" or '"levelname"' not in text:
+        return None
+    obj = _json_dict(text)
+    if obj is None or not is_vllm_json(obj):
+        return None
+    return "\n".join(vllm_json_lines(obj))
+
+
+def _merged_vllm_json(record: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A vLLM JSON record a collector parsed into a key of its own (Fluent Bit
+    ``Merge_Log_Key``) when the record has no line field."""
+    for value in record.values():
+        if type(value) is dict and is_vllm_json(value):
+            return value
+    return None
 
 
 def _json_dict(line: str) -> dict[str, Any] | None:
@@ -391,6 +443,8 @@ def _cri_records(
         if not content:
             return []
         rec_meta[PARTIAL] = True
+    elif content[:1] == "{" and (lines := expand_vllm_json(content)) is not None:
+        return _records(lines, stream, t, rec_meta, position, False, source, max_line)
     if len(content) > max_line:
         content = _truncate(content, max_line, source)
     return [LogRecord(stream, content, t, rec_meta, position)]
@@ -450,7 +504,10 @@ def _records(
     source: str,
     max_line: int,
 ) -> list[LogRecord]:
-    """One record per physical line of ``text``; only the last may be partial."""
+    """One record per physical line of ``text``; only the last may be partial. A complete
+    line that is a vLLM JSON log record becomes the lines vLLM's text format prints."""
+    if not partial and text[:1] == "{" and (lines := expand_vllm_json(text)) is not None:
+        text = lines
     if "\n" not in text:
         if partial:
             meta[PARTIAL] = True

@@ -6,6 +6,8 @@ rest of the line is skipped. Bad bytes never stop the read: a line with invalid 
 with U+FFFD (``invalid_utf8``, once per line); NUL bytes (crash padding) are removed
 (``nul_bytes``); a line that is at least a third control bytes or undecodable bytes is binary
 junk and dropped (``binary``). Gzip is detected by its magic bytes, not the file name.
+A JSON document printed over many lines (``kubectl get events -o json``) is read whole
+(:mod:`service.ingest.documents`).
 
 ``position`` is ``file:<path>:<lineno>`` (1-based physical line). The stream key is the path
 as given (``stdin`` for ``-``) unless the envelope or a kubelet/Docker log path names the
@@ -22,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from service import metrics
+from service.ingest.documents import read_document
 from service.ingest.envelope import MAX_LINE, Format, decode_line
 from service.ingest.joiner import Joiner
 from service.ingest.runtime_paths import path_meta
@@ -85,7 +88,13 @@ def read_file(
     count = 0
     lineno = 0
     try:
-        for block in _blocks(fh, max_line, source):
+        # a multi-line JSON document (kubectl get events -o json) is read whole
+        document = (read_document(fh, default, meta, f"{prefix}1", source, max_line)
+                    if fmt == Format.AUTO else None)
+        if document:
+            count += len(document)
+            yield from document
+        for block in _blocks(fh, max_line, source) if document is None else ():
             decoded: list[LogRecord] = []
             for raw in block:
                 lineno += 1

@@ -46,7 +46,7 @@ from service.ingest.envelope import (
     decode_bytes,
     decode_record,
     decode_text,
-    text_field,
+    has_line,
 )
 from service.ingest.msgpack_events import split_event, unpack_all
 from service.ratelog import brief, clip, reject
@@ -376,7 +376,7 @@ def _event(
     t, record = event
     if type(t) is int and t < 0:
         return 0  # Fluent Bit event-format-v2 group start/end marker
-    if not isinstance(text_field(record), str | bytes):
+    if not has_line(record):
         reject(source, "no_log_field", brief(record))
         return 1
     out.extend(

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from service import metrics
-from service.ingest.envelope import MAX_LINE, PARTIAL
+from service.ingest.envelope import MAX_LINE, PARTIAL, expand_vllm_json
 from service.records import LogRecord
 
 
@@ -55,7 +55,7 @@ class Joiner:
             if pending is None:
                 if len(self._pending) >= self.max_streams:
                     oldest = next(iter(self._pending))
-                    out.append(self._finish(self._pending.pop(oldest)))
+                    out.extend(self._finish(self._pending.pop(oldest)))
                 pending = self._pending[key] = _Pending(rec, time.monotonic())
                 if pending.size > self.max_line:
                     pending.parts[0] = rec.text[: self.max_line]
@@ -68,7 +68,7 @@ class Joiner:
             pending = self._pending.pop((rec.stream, meta.get("fd")), None)
             if pending is not None:
                 self._append(pending, rec.text)
-                out.append(self._finish(pending))
+                out.extend(self._finish(pending))
                 return
         out.append(rec)
 
@@ -112,14 +112,14 @@ class Joiner:
     def flush(self, stream: str | None = None) -> list[LogRecord]:
         """Emit held lines unfinished (all, or those of one stream), e.g. at end of a file."""
         keys = [k for k in self._pending if stream is None or k[0] == stream]
-        return [self._finish(self._pending.pop(k)) for k in keys]
+        return [rec for k in keys for rec in self._finish(self._pending.pop(k))]
 
     def flush_idle(self, max_age: float, now: float | None = None) -> list[LogRecord]:
         """Emit lines whose first chunk is older than ``max_age`` seconds (monotonic clock):
         a runtime that died mid-line never sends the closing chunk."""
         now = time.monotonic() if now is None else now
         keys = [k for k, p in self._pending.items() if now - p.since >= max_age]
-        return [self._finish(self._pending.pop(k)) for k in keys]
+        return [rec for k in keys for rec in self._finish(self._pending.pop(k))]
 
     def _append(self, pending: _Pending, text: str) -> None:
         if pending.truncated:
@@ -138,7 +138,18 @@ class Joiner:
         metrics.reject(self.source, "oversize", f"line longer than {self.max_line} chars")
 
     @staticmethod
-    def _finish(pending: _Pending) -> LogRecord:
+    def _finish(pending: _Pending) -> list[LogRecord]:
+        """The joined line; a vLLM JSON log record longer than one chunk becomes the lines
+        vLLM's text format prints (as the envelope does for a complete one)."""
         first = pending.first
         text = pending.parts[0] if len(pending.parts) == 1 else "".join(pending.parts)
-        return LogRecord(first.stream, text, first.time, first.meta, first.position)
+        if text[:1] == "{" and not pending.truncated:
+            lines = expand_vllm_json(text)
+            if lines is not None:
+                pieces = lines.split("\n")
+                pos = first.position
+                return [LogRecord(first.stream, piece, first.time,
+                                  first.meta if i == 0 else dict(first.meta),
+                                  pos if i == 0 or pos is None else f"{pos}#{i}")
+                        for i, piece in enumerate(pieces)]
+        return [LogRecord(first.stream, text, first.time, first.meta, first.position)]

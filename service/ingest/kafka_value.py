@@ -28,8 +28,8 @@ from service.ingest.envelope import (
     decode_bytes,
     decode_record,
     decode_text,
+    has_line,
     parse_json,
-    text_field,
 )
 from service.ingest.msgpack_events import split_event, unpack_all
 from service.records import LogRecord
@@ -118,7 +118,7 @@ def _records(
     out: list[LogRecord] = []
     for item in items:
         event = split_event(item)
-        if event is None or not isinstance(text_field(event[1]), str | bytes):
+        if event is None or not has_line(event[1]):
             if len(items) == 1:
                 return None  # a lone non-record value is taken as text
             metrics.reject(source, "bad_record", repr(item)[:200])

@@ -1,0 +1,135 @@
+"""Kubernetes evidence (events, pod status; see :mod:`service.ingest.kube`) in the classifier.
+
+An evidence line is not a line of the container's log: it never moves the stream's stage or
+status and is never guessed at by the text model. Only the signatures classify it
+(``rules/signatures/kubernetes.yaml``, and ``OOMKilled`` / exit code 137 in capacity.yaml),
+as a finding of the stream's current run; anything else is evidence of the open incident.
+
+* The same event (uid and count) or container termination (container id and finish time)
+  seen again - a pod's status is re-sent on every change - counts once.
+* A record that names only the pod (FailedScheduling, an eviction, a device-plugin
+  admission failure) goes to the pod's stream the classifier knows (the one with an open
+  incident, else the latest), else to ``namespace/pod``.
+* A crash-loop back-off on a stream with an open incident confirms that incident's crash
+  loop (``extra.crash_loop``, ``crash_loop_source: kubernetes``) rather than opening
+  another; without one it opens a low-priority ``unknown`` symptom a root cause replaces.
+* The first line of one of the pod's containers resolves an open scheduling incident of
+  the pod's own stream (``namespace/pod``): the pod was scheduled after all.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from service.intel.playbook import restart_advice
+from service.parse import line as L
+from service.records import LogRecord
+
+if TYPE_CHECKING:
+    from service.classify.engine import Change, Classifier
+    from service.classify.incident import Incident
+    from service.classify.stream_state import StreamState
+
+MAX_SEEN = 256  # evidence ids remembered per stream
+SCHEDULING_RULES = frozenset(("k8s-failed-scheduling", "k8s-failed-scheduling-gpu"))
+
+
+def route(clf: Classifier, rec: LogRecord) -> None:
+    """Point a pod-only record at the pod's known stream (``rec.stream`` is changed)."""
+    kube = rec.meta.get("kube") or {}
+    if not kube.get("pod_only"):
+        return
+    prefix = rec.stream + "/"
+    best: StreamState | None = None
+    for key, st in clf.streams.items():  # pod-only records are rare: a scan is fine
+        if not key.startswith(prefix):
+            continue
+        if best is None or _rank(st) > _rank(best):
+            best = st
+    if best is not None:
+        rec.stream = best.key
+        if best.meta.get("container"):
+            rec.meta["container"] = best.meta["container"]
+
+
+def _rank(st: StreamState) -> tuple[bool, float, int]:
+    return (_open_critical(st) is not None, st.last_time or 0.0, st.seq)
+
+
+def _open_critical(st: StreamState) -> Incident | None:
+    return next((i for i in reversed(st.incidents)
+                 if i.status == "open" and i.severity == "critical"), None)
+
+
+def feed(clf: Classifier, rec: LogRecord) -> list[Change]:
+    """Classify one Kubernetes evidence record (called by :meth:`Classifier.feed`)."""
+    from service.classify.engine import Change, _merge_meta
+
+    route(clf, rec)
+    meta = dict(rec.meta)
+    kube: dict[str, Any] = meta.pop("kube", None) or {}
+    st = clf.state(rec.stream, meta)
+    if meta.get("node") != st.meta.get("node") or not st.facts:
+        _merge_meta(st, meta, clf.rules)
+    seen: list[str] = st.extra.setdefault("kube_seen", [])
+    evidence_id = kube.get("id")
+    if evidence_id:
+        if evidence_id in seen:
+            return []
+        seen.append(evidence_id)
+        del seen[:-MAX_SEEN]
+    time = rec.time
+    if time is None and clf.clock is not None:
+        time = clf.clock()
+    clf.lines += 1
+    st.seq += 1
+    if time is not None and (st.last_time is None or time > st.last_time):
+        st.last_time = time
+    line = L.parse_line(rec.text, pasted=False)
+    changes: list[Change] = []
+
+    hits = clf.rules.scan(line.message)
+    sigs = hits.signatures
+    crash_loop = any(s.id == "k8s-crash-loop-backoff" for s, _ in sigs)
+    inc = _open_critical(st)
+    if crash_loop and inc is not None and len(sigs) == 1:
+        inc.note(line.text)
+        if not inc.extra.get("crash_loop"):  # (one the engine saw itself is left as it is)
+            helps, why = restart_advice(inc.category, clf.playbook)
+            inc.extra["crash_loop"] = True
+            inc.extra["crash_loop_source"] = "kubernetes"
+            inc.extra["restart_helps"] = helps
+            inc.extra["note"] = ("crash loop: Kubernetes backs off restarting the container; "
+                                 + ("restarting will not help: " if not helps
+                                    else "restarting has not helped: ") + why)
+            inc.updated_at = time
+            changes.append(Change("updated", inc))
+        else:
+            changes.append(Change("evidence", inc))
+        return changes
+    finding = clf._finding(st, line, sigs, time) if sigs else None
+    if finding is not None:
+        clf._attach(st, finding, changes)
+    else:
+        clf._note(st, line, changes)
+    return changes
+
+
+def pod_started(clf: Classifier, st: StreamState, time: float | None) -> list[Change]:
+    """A container stream of a pod just appeared: the pod's open scheduling incident (on
+    ``namespace/pod``, in memory) is resolved."""
+    from service.classify.engine import Change
+
+    ns, pod = st.meta.get("namespace"), st.meta.get("pod")
+    placeholder = clf.streams.get(f"{ns}/{pod}") if ns and pod else None
+    if placeholder is None or placeholder is st:
+        return []
+    changes: list[Change] = []
+    for inc in list(placeholder.incidents):
+        if inc.status == "open" and inc.primary.rule in SCHEDULING_RULES:
+            inc.status, inc.resolved_at = "resolved", time
+            inc.resolution = f"the pod was scheduled: {st.key} started"
+            placeholder.incidents.remove(inc)
+            placeholder.status = "stopped"
+            changes.append(Change("resolved", inc))
+    return changes

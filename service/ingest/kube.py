@@ -1,0 +1,220 @@
+"""Kubernetes events and pod status as evidence lines of the pod's stream.
+
+A vLLM container killed by the kernel's OOM killer prints nothing: ``OOMKilled`` / exit code
+137 are only in the pod's status, and evictions, scheduling failures, device-plugin
+allocation failures and crash-loop back-offs only in Kubernetes events. These objects arrive
+through the same ingest as the logs (a Fluent Bit ``kubernetes_events`` input, the JSON
+``kubectl get events -o json`` / ``kubectl get pod -o json`` print, a watch stream's
+``{"type", "object"}``) and each becomes one evidence line on the stream of the pod's
+container (``namespace/pod/container``, the key its log lines have):
+
+* core/v1 ``Event`` (``involvedObject``, ``reason``, ``message``, ``type``, ``count``,
+  ``source``, ``firstTimestamp`` / ``lastTimestamp`` / ``eventTime``) and events.k8s.io/v1
+  ``Event`` (``regarding``, ``note``, ``series``, ``deprecatedCount`` ...) about a Pod: Warning
+  events, and the Normal ``Killing`` ones (probe kills). The container is
+  the one ``fieldPath`` names (``spec.containers{vllm}``); an event about the whole pod
+  (FailedScheduling, Evicted, UnexpectedAdmissionError) has none and goes to the pod's
+  stream the classifier knows (:func:`service.classify.kube.route`);
+* a ``Pod``: every container whose ``state`` / ``lastState`` is ``terminated`` with a reason
+  other than ``Completed`` or a non-zero exit code, every ``waiting`` container in a failure
+  reason (``CrashLoopBackOff``, ``ImagePullBackOff`` ...), and an ``Evicted`` pod;
+* a ``List`` (``items``) or a watch event: each object in it.
+
+The line reads ``[kubernetes event] Warning BackOff pod ml/vllm-0 container vllm on node-3
+(x12): Back-off restarting failed container ...`` or ``[kubernetes pod status] pod ml/vllm-0
+container vllm terminated: reason OOMKilled, exit code 137, ...``; the rules in
+``rules/signatures/kubernetes.yaml`` classify it, and ``rules/benign.yaml`` keeps every other
+such line from being guessed at (it stays evidence). ``meta["kube"]`` carries what the
+classifier needs: an id for de-duplication (the same event or termination seen again, e.g.
+by re-posting a pod's status, counts once), the reason, and whether only the pod is known.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from service.ingest.timestamps import to_epoch
+from service.records import LogRecord
+
+EVENT_PREFIX = "[kubernetes event]"
+STATUS_PREFIX = "[kubernetes pod status]"
+MAX_MESSAGE = 2000  # characters of an event message kept on the line
+_FIELD_CONTAINER = re.compile(r"spec\.(?:initContainers|containers|ephemeralContainers)\{([^}]+)\}")
+# Normal events kept (everything else Normal is routine: Pulled, Created, Started ...)
+_NORMAL_KEPT = frozenset(("Killing",))
+_WAITING_FAILURES = frozenset((
+    "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
+    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
+))
+
+
+def is_kube_object(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` is a Kubernetes Event, Pod, list of them or watch event."""
+    if "involvedObject" in obj or "regarding" in obj:
+        return "reason" in obj
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return type(obj.get("status")) is dict
+    if type(obj.get("items")) is list:
+        return type(kind) is str and kind.endswith("List")
+    return type(obj.get("object")) is dict and type(obj.get("type")) is str and len(obj) == 2
+
+
+def kube_records(obj: Mapping[str, Any], *, time: Any = None,
+                 position: str | None = None, meta: Mapping[str, Any] | None = None,
+                 depth: int = 0) -> list[LogRecord]:
+    """The evidence records of one Kubernetes object (``[]`` for routine ones)."""
+    if "involvedObject" in obj or "regarding" in obj:
+        return _event(obj, time, position, meta)
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return _pod(obj, time, position, meta)
+    if depth > 2:
+        return []
+    items = obj.get("items") if type(obj.get("items")) is list else [obj.get("object")]
+    out: list[LogRecord] = []
+    for item in items:
+        if type(item) is dict and is_kube_object(item):
+            pos = position if not out or position is None else f"{position}#{len(out)}"
+            out.extend(kube_records(item, time=time, position=pos, meta=meta,
+                                    depth=depth + 1))
+    return out
+
+
+def _record(ns: str, pod: str, container: str | None, text: str, t: float | None,
+            position: str | None, meta: Mapping[str, Any] | None, kube: dict[str, Any],
+            node: str | None) -> LogRecord:
+    rec_meta: dict[str, Any] = dict(meta) if meta else {}
+    rec_meta["namespace"] = ns
+    rec_meta["pod"] = pod
+    if container:
+        rec_meta["container"] = container
+    else:
+        rec_meta.pop("container", None)
+        kube["pod_only"] = True
+    if node:
+        rec_meta["node"] = node
+    rec_meta["kube"] = kube
+    key = f"{ns}/{pod}/{container}" if container else f"{ns}/{pod}"
+    return LogRecord(key, text, t, rec_meta, position)
+
+
+def _s(value: Any) -> str:
+    return value if type(value) is str else ""
+
+
+def _event(ev: Mapping[str, Any], time: Any, position: str | None,
+           meta: Mapping[str, Any] | None) -> list[LogRecord]:
+    ref = ev.get("involvedObject") or ev.get("regarding")
+    if type(ref) is not dict or ref.get("kind") != "Pod":
+        return []  # events about nodes, deployments ... are not a pod's evidence
+    etype = _s(ev.get("type")) or "Normal"
+    reason = _s(ev.get("reason"))
+    if etype == "Normal" and reason not in _NORMAL_KEPT:
+        return []
+    ns = _s(ref.get("namespace")) or _s((ev.get("metadata") or {}).get("namespace"))
+    name = _s(ref.get("name"))
+    if not ns or not name:
+        return []
+    m = _FIELD_CONTAINER.search(_s(ref.get("fieldPath")))
+    container = m.group(1) if m else None
+    message = _s(ev.get("message")) or _s(ev.get("note"))
+    message = " ".join(message.split())[:MAX_MESSAGE]
+    series = ev.get("series") if type(ev.get("series")) is dict else {}
+    count = ev.get("count") or series.get("count") or ev.get("deprecatedCount") or 1
+    count = count if type(count) is int else 1
+    source = ev.get("source") or ev.get("deprecatedSource") or {}
+    source = source if type(source) is dict else {}
+    node = _s(source.get("host")) or None
+    if node is None and _s(ev.get("reportingController")) == "kubelet":
+        node = _s(ev.get("reportingInstance")) or None
+    t = (to_epoch(ev.get("lastTimestamp")) or to_epoch(series.get("lastObservedTime"))
+         or to_epoch(ev.get("deprecatedLastTimestamp")) or to_epoch(ev.get("eventTime"))
+         or to_epoch(ev.get("firstTimestamp")) or to_epoch(ev.get("deprecatedFirstTimestamp"))
+         or to_epoch((ev.get("metadata") or {}).get("creationTimestamp")) or to_epoch(time))
+    where = f"pod {ns}/{name}" + (f" container {container}" if container else "")
+    where += f" on {node}" if node else ""
+    times = f" (x{count})" if count > 1 else ""
+    text = f"{EVENT_PREFIX} {etype} {reason} {where}{times}: {message}"
+    uid = _s((ev.get("metadata") or {}).get("uid")) or _s((ev.get("metadata") or {}).get("name"))
+    kube = {"kind": "event", "reason": reason, "type": etype,
+            "id": f"event:{uid or text}:{count}"}
+    return [_record(ns, name, container, text, t, position, meta, kube, node)]
+
+
+def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
+         meta: Mapping[str, Any] | None) -> list[LogRecord]:
+    md = pod.get("metadata") if type(pod.get("metadata")) is dict else {}
+    status = pod.get("status") if type(pod.get("status")) is dict else {}
+    spec = pod.get("spec") if type(pod.get("spec")) is dict else {}
+    ns, name = _s(md.get("namespace")), _s(md.get("name"))
+    if not ns or not name:
+        return []
+    node = _s(spec.get("nodeName")) or None
+    uid = _s(md.get("uid")) or name
+    out: list[LogRecord] = []
+    statuses = [s for key in ("initContainerStatuses", "containerStatuses")
+                for s in (status.get(key) or []) if type(s) is dict]
+    for cs in statuses:
+        cname = _s(cs.get("name"))
+        if not cname:
+            continue
+        restarts = cs.get("restartCount") if type(cs.get("restartCount")) is int else 0
+        where = f"pod {ns}/{name} container {cname}" + (f" on {node}" if node else "")
+        seen: set[str] = set()
+        for which in ("state", "lastState"):  # terminations first: they explain a back-off
+            st = cs.get(which) if type(cs.get(which)) is dict else {}
+            term = st.get("terminated")
+            if type(term) is not dict:
+                continue
+            reason = _s(term.get("reason"))
+            code = term.get("exitCode")
+            if reason == "Completed" or (code == 0 and not reason):
+                continue
+            tid = (f"term:{uid}:{cname}:{_s(term.get('containerID'))}:"
+                   f"{_s(term.get('finishedAt'))}")
+            if tid in seen:
+                continue
+            seen.add(tid)
+            parts = [f"reason {reason or 'unknown'}"]
+            if type(code) is int:
+                parts.append(f"exit code {code}")
+            if type(term.get("signal")) is int:
+                parts.append(f"signal {term['signal']}")
+            parts.append(f"restarts {restarts}")
+            if term.get("finishedAt"):
+                parts.append(f"finished {_s(term.get('finishedAt'))}")
+            msg = " ".join(_s(term.get("message")).split())[:MAX_MESSAGE]
+            text = (f"{STATUS_PREFIX} {where} terminated: {', '.join(parts)}"
+                    + (f": {msg}" if msg else ""))
+            t = to_epoch(term.get("finishedAt")) or to_epoch(time)
+            kube = {"kind": "status", "reason": reason, "id": tid}
+            out.append(_record(ns, name, cname, text, t, _pos(position, out), meta, kube, node))
+        state = cs.get("state") if type(cs.get("state")) is dict else {}
+        waiting = state.get("waiting")
+        if type(waiting) is dict and _s(waiting.get("reason")) in _WAITING_FAILURES:
+            reason = _s(waiting.get("reason"))
+            msg = " ".join(_s(waiting.get("message")).split())[:MAX_MESSAGE]
+            text = (f"{STATUS_PREFIX} {where} waiting: reason {reason}, restarts {restarts}"
+                    + (f": {msg}" if msg else ""))
+            kube = {"kind": "status", "reason": reason,
+                    "id": f"wait:{uid}:{cname}:{reason}:{restarts}"}
+            out.append(_record(ns, name, cname, text, to_epoch(time), _pos(position, out), meta,
+                               kube, node))
+    if _s(status.get("reason")) == "Evicted":
+        msg = " ".join(_s(status.get("message")).split())[:MAX_MESSAGE]
+        names = [_s(cs.get("name")) for cs in statuses if _s(cs.get("name"))]
+        only = names[0] if len(names) == 1 else None  # one container: it is the pod
+        where = f"pod {ns}/{name}" + (f" container {only}" if only else "")
+        where += f" on {node}" if node else ""
+        text = f"{STATUS_PREFIX} {where} Evicted: {msg}"
+        kube = {"kind": "status", "reason": "Evicted", "id": f"evicted:{uid}"}
+        out.append(_record(ns, name, only, text, to_epoch(time), _pos(position, out), meta,
+                           kube, node))
+    return out
+
+
+def _pos(position: str | None, out: list[LogRecord]) -> str | None:
+    return position if not out or position is None else f"{position}#{len(out)}"
