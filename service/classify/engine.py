@@ -816,6 +816,10 @@ class Classifier:
             self.check_stall(st, now, changes)
         return changes
 
+    def has_open_traceback(self, key: str) -> bool:
+        """Whether a traceback of stream ``key`` has not reached its exception line yet."""
+        return any(k[0] == key for k in self._open_tb)
+
     def _tb_line(self, where: tuple[str, str], line: L.Line) -> None:
         tb = self._open_tb.get(where)
         if tb is not None and len(tb) < 80:

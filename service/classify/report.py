@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from service.classify.engine import Change, Classifier
 from service.classify.incident import Incident
 from service.classify.stream_state import STARTING
+from service.ingest.envelope import Format
 from service.ingest.timestamps import line_time
 from service.records import LogRecord
 
@@ -22,21 +23,68 @@ def classify_records(records: Iterable[LogRecord], classifier: Classifier | None
                      *, now: float | None = None) -> list[dict[str, Any]]:
     """Classify whole logs; one report dict per stream, in order of first appearance.
 
-    Lines without an envelope time take the time they print themselves. A stream that ends
-    in the middle of its startup is checked for a stall at ``now`` (a live capture) or at its
-    own last timestamp, with the service's deadlines, and reports where it stopped."""
+    Lines without an envelope time take the time they print themselves (read while a
+    stream starts, and for its last line). A stream that ends in the middle of its startup is
+    checked for a stall at ``now`` (a live capture) or at its own last timestamp, with the
+    service's deadlines, and reports where it stopped."""
     clf = classifier or Classifier()
+    seen = dict(_by_stream(records, clf, now))
+    return finish(clf, list(seen), seen, now)
+
+
+def classify_paths(paths: Iterable[str], classifier: Classifier, *, fmt: Format | str = "auto",
+                   now: float | None = None,
+                   on_block: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+    """Classify files (``-`` = stdin): raw and CRI files by blocks
+    (:mod:`service.classify.blockscan`), the others line by line; same reports either way."""
+    from service.classify import blockscan
+    from service.ingest.files import read_files
+
     seen: dict[str, dict[str, Incident]] = {}
     order: list[str] = []
+    for path in paths:
+        scan_fmt = blockscan.eligible(path, fmt)
+        if scan_fmt is not None:
+            key, incs = blockscan.classify_file(path, classifier, scan_fmt, on_block)
+            if key not in seen:
+                seen[key] = {}
+                order.append(key)
+            seen[key].update(incs)
+            continue
+        for rep_key, incs in _by_stream(read_files([path], fmt=fmt), classifier, now):
+            if rep_key not in seen:
+                seen[rep_key] = {}
+                order.append(rep_key)
+            seen[rep_key].update(incs)
+    return finish(classifier, order, seen, now)
+
+
+def _by_stream(records: Iterable[LogRecord], clf: Classifier, now: float | None
+               ) -> list[tuple[str, dict[str, Incident]]]:
+    seen: dict[str, dict[str, Incident]] = {}
     year = time.gmtime(now if now is not None else time.time()).tm_year
+    last: dict[str, str] = {}
     for rec in records:
         if rec.time is None:
-            rec.time = line_time(rec.text, year)
+            st = clf.streams.get(rec.stream)
+            if st is None or st.status == STARTING:
+                rec.time = line_time(rec.text, year)
+            else:
+                last[rec.stream] = rec.text
         changes = clf.feed(rec)
-        if rec.stream not in seen:  # after feed: a pod-only Kubernetes record is re-keyed
-            seen[rec.stream] = {}
-            order.append(rec.stream)
+        seen.setdefault(rec.stream, {})  # after feed: a pod-only Kubernetes record is re-keyed
         _collect(seen, changes)
+    for key, text in last.items():
+        t = line_time(text, year)
+        st = clf.state(key)
+        if t is not None and (st.last_time is None or t > st.last_time):
+            st.last_time = t
+    return list(seen.items())
+
+
+def finish(clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident]],
+           now: float | None) -> list[dict[str, Any]]:
+    """End of the input: truncated tracebacks and stalls, then one report per stream."""
     for key in order:
         st = clf.state(key)
         changes: list[Change] = []

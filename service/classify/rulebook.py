@@ -99,6 +99,7 @@ class RuleBook:
                     gate = set()  # a pattern without literal: the gate cannot be used
                     break
                 gate.update(lit.lower() for lit in lits)
+        self.gate_words = sorted(gate)  # literals that matter once a stream is serving
         self._gate: Any = None
         if gate:
             import ahocorasick
@@ -108,6 +109,11 @@ class RuleBook:
                 self._gate.add_word(word, word)
             self._gate.make_automaton()
         self._by_id = {s.id: s for s in self.signatures}
+
+    @property
+    def literals(self) -> list[str] | None:
+        """Every literal some rule needs (lowercased), or None when a rule has none."""
+        return None if self._index.has_unfiltered else list(self._index.literals)
 
     def worth_a_look(self, text: str) -> bool:
         """Whether a raw line of a serving stream may matter (one automaton scan)."""

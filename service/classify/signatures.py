@@ -92,11 +92,17 @@ class PatternIndex:
                 continue
             for lit in lits:
                 by_literal.setdefault(lit.lower(), []).append(idx)
+        self.literals = sorted(by_literal)  # lowercased; what the prefilter looks for
         for lit, idxs in by_literal.items():
             self._auto.add_word(lit, tuple(idxs))
         self._has_auto = bool(by_literal)
         if self._has_auto:
             self._auto.make_automaton()
+
+    @property
+    def has_unfiltered(self) -> bool:
+        """Whether some pattern runs on every line (no literal could be derived)."""
+        return bool(self._always)
 
     def candidates(self, message: str) -> set[int]:
         found: set[int] = set(self._always)

@@ -211,3 +211,14 @@ def _salvage(raw: bytes, source: str) -> str | None:
 def _junk(raw: bytes, undecodable: int) -> bool:
     control = len(raw) - len(raw.translate(None, _CONTROL))
     return (control + undecodable) * 3 > len(raw)
+
+
+def salvage_line(raw: bytes, source: str = "file") -> str | None:
+    """One physical line as text, the way :func:`read_file` decodes it (NUL bytes and invalid
+    UTF-8 salvaged and counted; None when nothing is left)."""
+    if b"\x00" in raw:
+        return _salvage(raw, source)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return _salvage(raw, source)

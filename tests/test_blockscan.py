@@ -1,0 +1,60 @@
+"""Scanning files by blocks gives exactly the reports of the per-line path: every corpus
+log, blind log and real capture, raw and CRI, junk bytes and CRI partial lines included."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from service.classify import blockscan
+from service.classify.engine import Classifier
+from service.classify.loader import build_classifier
+from service.classify.report import classify_paths, classify_records
+from service.classify.rulebook import RuleBook
+from service.ingest.envelope import Format
+from service.ingest.files import read_files
+
+ROOT = Path(__file__).resolve().parents[1]
+LOGS = sorted([*ROOT.glob("tests/corpus/cases/*.log"), *ROOT.glob("tests/fixtures/real/*.log"),
+               *ROOT.glob("tests/blind/cases/*.log")])
+RB = RuleBook()
+
+
+def same(path: Path, make) -> None:
+    a = classify_records(read_files([str(path)]), make())
+    b = classify_paths([str(path)], make())
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
+                                                                    default=str)
+
+
+def test_most_logs_take_the_block_path() -> None:
+    eligible = [p for p in LOGS if blockscan.eligible(str(p), "auto")]
+    assert len(eligible) >= 0.9 * len(LOGS)
+    assert blockscan.eligible(str(ROOT / "tests/fixtures/real/kv-cache-too-small.cri.log"),
+                              "auto") is Format.CRI
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.name)
+def test_block_scanning_changes_nothing(path: Path) -> None:
+    same(path, lambda: Classifier(RB))
+
+
+@pytest.mark.parametrize("path", LOGS[::10], ids=lambda p: p.name)
+def test_block_scanning_changes_nothing_with_the_model(path: Path) -> None:
+    same(path, build_classifier)
+
+
+def test_junk_bytes_and_cri_partials_take_the_per_line_decoder(tmp_path) -> None:
+    real = (ROOT / "tests/fixtures/real/kv-cache-too-small.log").read_bytes()
+    junk = tmp_path / "junk.log"
+    junk.write_bytes(real[:2000] + b"\xff\xfe bad \x00 bytes\n" + real[2000:])
+    same(junk, lambda: Classifier(RB))
+    cri = (ROOT / "tests/fixtures/real/kv-cache-too-small.cri.log").read_text().splitlines()
+    first = cri[5]
+    ts, fd, _flag, text = first.split(" ", 3)
+    cri[5:6] = [f"{ts} {fd} P {text[:20]}", f"{ts} {fd} F {text[20:]}"]
+    part = tmp_path / "partial.cri.log"
+    part.write_text("\n".join(cri) + "\n")
+    same(part, lambda: Classifier(RB))
