@@ -27,7 +27,8 @@ from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
 from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
-from service.config import Settings, load_settings
+from service.config import Settings
+from service.configcheck import ConfigError, load_checked, serve_problems
 from service.context import ServiceContext
 from service.ingest.forward import ForwardServer
 from service.notify.dispatcher import Dispatcher
@@ -107,7 +108,7 @@ def build(settings: Settings) -> Service:
                   stream_retention_days=st.stream_retention_days,
                   retention_interval_s=st.retention_interval_s)
     store.migrate()
-    rulebook = RuleBook()
+    rulebook = rulebook_for(settings)
     model = load_text_model() if settings.use_model else None
     classifier = Classifier(rulebook, text_model=model, novelty=NoveltyDetector(),
                             clock=time.time, stall_deadlines=settings.stall.deadlines_s,
@@ -128,7 +129,11 @@ def build(settings: Settings) -> Service:
         tls = None
         if fwd.tls_cert:
             tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            tls.load_cert_chain(fwd.tls_cert, fwd.tls_key)
+            try:
+                tls.load_cert_chain(fwd.tls_cert, fwd.tls_key)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError([f"sources.forward.tls_cert / tls_key: cannot load: "
+                                   f"{getattr(exc, 'strerror', None) or exc}"]) from None
         pipeline = ctx.pipeline
 
         async def sink(records: list, chunk_id: str | None) -> bool:
@@ -179,12 +184,31 @@ async def run(svc: Service) -> None:
         await asyncio.to_thread(svc.stop_threads)
 
 
+def rulebook_for(settings: Settings) -> RuleBook:
+    """The shipped rules plus ``rules.dirs``, minus ``rules.disabled``, with
+    ``rules.overrides`` (:class:`ConfigError` listing what is wrong)."""
+    r = settings.rules
+    if not (r.dirs or r.disabled or r.overrides):
+        return RuleBook()
+    from service.classify.ruletest import RuleLoadError, load_rule_set
+
+    try:
+        return RuleBook(signatures=load_rule_set(r.dirs, r.disabled, r.overrides).signatures)
+    except RuleLoadError as exc:
+        raise ConfigError([f"rules: {p}" for p in exc.problems]) from None
+
+
 def serve(config: str | None = None) -> int:
+    """Run the service. A settings file with problems raises :class:`ConfigError` (one line
+    per problem; the CLI prints them) before anything starts."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per webhook sent
-    settings = load_settings(config)
+    settings = load_checked(config)
     check_auth_config(settings.api)  # refuse an open API on a non-loopback host before any work
     check_forward_config(settings.sources.forward)  # nor an open forward port
+    problems = serve_problems(settings)  # matchers outside the taxonomy, receivers, rules ...
+    if problems:
+        raise ConfigError(problems)
     svc = build(settings)
     log.info("vllm-sentinel %s: store %s, api %s:%s, kafka %s, receivers %s",
              svc.ctx.instance_id, _redact(settings.store.url), settings.api.host,

@@ -1,4 +1,5 @@
-"""``vllm-sentinel`` command line: classify, train, evaluate, serve, feedback-export."""
+"""``vllm-sentinel`` command line: classify, train, evaluate, serve, check-config, rules,
+feedback-export."""
 
 from __future__ import annotations
 
@@ -19,40 +20,133 @@ _COLOURS = {
 _RESET = "\x1b[0m"
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vllm-sentinel", description=__doc__)
-    p.add_argument("-v", "--verbose", action="store_true", help="log rejects and warnings")
-    sub = p.add_subparsers(dest="cmd", required=True)
+_EPILOG = ("A settings file with problems is refused with one line per problem (vllm-sentinel\n"
+           "check-config FILE lists them all). Exit codes: 0 ok; 1 a finding (classify: a\n"
+           "critical incident; check-config, rules test: a problem); 2 bad usage, unreadable\n"
+           "input or settings.")
 
-    c = sub.add_parser("classify", help="classify vLLM container logs (files or - for stdin)")
-    c.add_argument("files", nargs="+", metavar="FILE")
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions as written (line breaks kept); the default of each option shown."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("%(default)" not in text and action.default not in (None, False, argparse.SUPPRESS)
+                and not isinstance(action.default, list) and action.option_strings):
+            text += " (default: %(default)s)"
+        return text
+
+
+def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=summary,
+                          description=f"{summary[0].upper()}{summary[1:]}.\n\n{description}",
+                          formatter_class=_Formatter, epilog=_EPILOG)
+
+
+def _parser() -> argparse.ArgumentParser:
+    from service import __version__
+
+    p = argparse.ArgumentParser(
+        prog="vllm-sentinel", formatter_class=_Formatter, epilog=_EPILOG,
+        description="Classify vLLM container failures from their logs and page the right "
+                    "owner.\n\nvllm-sentinel COMMAND --help explains each command.")
+    p.add_argument("-V", "--version", action="version", version=f"vllm-sentinel {__version__}",
+                   help="print the version and exit")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="log rejected input and warnings on stderr")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    c = _command(sub, "classify", "classify vLLM container logs",
+                 "Reads log files (plain, gzip) or stdin (-) in any envelope - raw text, Docker "
+                 "json-file,\nCRI, Fluent Bit / Fluentd records, vLLM JSON logs, Kubernetes "
+                 "events and pod status\n(kubectl get events -o json) - and prints one "
+                 "report per stream: status, stage reached,\nincidents with their root cause, "
+                 "first move and facts.")
+    c.add_argument("files", nargs="+", metavar="FILE", help="log files; - reads stdin")
     c.add_argument("--json", action="store_true", help="one JSON object per stream per line")
     c.add_argument("--format", default="auto", choices=[f.value for f in Format],
-                   help="input envelope (default: detect per line)")
-    c.add_argument("--no-model", action="store_true", help="signatures only")
-    c.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+                   help="input envelope; auto detects it per line")
+    c.add_argument("--no-model", action="store_true",
+                   help="signatures only (no text-model guess for unknown error lines)")
+    c.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                   help="colour the tiers; auto: on a terminal unless NO_COLOR is set")
     c.add_argument("--now", nargs="?", const="now", metavar="TIME",
                    help="a live capture (kubectl logs): check start-up stalls against this "
                    "time (epoch or ISO 8601; bare --now: the current time) instead of the "
                    "log's last timestamp")
+    c.add_argument("--config", metavar="FILE",
+                   help="settings file whose rules section (extra rule directories, disabled "
+                   "and overridden rules) applies")
+    c.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
+                   help="an extra directory of signature rules (repeatable; after --config's)")
 
-    t = sub.add_parser("train", help="rebuild the text model from training_data/ into models/")
-    t.add_argument("args", nargs=argparse.REMAINDER)
+    t = _command(sub, "train", "rebuild the text model",
+                 "Trains the text model on training_data/ into models/ and pins it. Its own "
+                 "options:\nvllm-sentinel train --help.")
+    t.add_argument("args", nargs=argparse.REMAINDER, help="options of the trainer")
 
-    e = sub.add_parser("evaluate", help="score the classifier on a labelled corpus directory")
-    e.add_argument("directory")
+    e = _command(sub, "evaluate", "score the classifier on a labelled corpus",
+                 "Reads DIRECTORY/*.log with their *.json labels (tier, category, stage) and "
+                 "prints\naccuracy per mode.")
+    e.add_argument("directory", metavar="DIRECTORY", help="corpus directory (*.log + *.json)")
     e.add_argument("--mode", choices=["hybrid", "signatures", "model", "all", "ablation"],
-                   default="all", help="ablation: remove each case's deciding rule (unseen wording)")
-    e.add_argument("--json", action="store_true")
+                   default="all",
+                   help="what decides; ablation removes each case's deciding rule (unseen "
+                   "wording)")
+    e.add_argument("--json", action="store_true", help="the scores as one JSON object")
 
-    s = sub.add_parser("serve", help="run the streaming service")
-    s.add_argument("--config", help="YAML settings file (env SENTINEL_* overrides)")
+    s = _command(sub, "serve", "run the streaming service",
+                 "Ingests over HTTP, the Fluent forward protocol and Kafka, keeps incidents in "
+                 "the store\nand notifies the receivers. Settings: --config FILE, then "
+                 "SENTINEL_* environment\nvariables (SENTINEL_API__TOKEN=...); see "
+                 "deploy/sentinel.example.yaml.")
+    s.add_argument("--config", metavar="FILE",
+                   help="YAML settings file (SENTINEL_* environment variables override it)")
 
-    f = sub.add_parser("feedback-export",
-                       help="write the store's feedback as corrections for train --with-feedback")
-    f.add_argument("--config", help="YAML settings file of the service (its store.url is read)")
-    f.add_argument("--out", required=True, help="JSONL file to write ({text, category} a line), "
-                   "- for stdout")
+    cc = _command(sub, "check-config", "check a settings file",
+                  "Prints one line per problem and exits 1 if there is any: unknown keys, "
+                  "wrong types,\nX_env / X_file that cannot be read, receiver matchers "
+                  "outside the taxonomy,\nreceivers without a routing key or URL, ports no "
+                  "client can reach, an open API or\nforward port beyond loopback, the store "
+                  "URL, extra rule directories and their\nexamples. SENTINEL_* environment "
+                  "variables apply as for serve.")
+    cc.add_argument("file", metavar="FILE", help="YAML settings file; - reads stdin")
+    cc.add_argument("--probe", action="store_true",
+                    help="also connect to every receiver and Kafka broker and bind the "
+                    "listen ports")
+
+    r = _command(sub, "rules", "list and test the signature rules",
+                 "vllm-sentinel rules list: the rules in effect.\nvllm-sentinel rules test "
+                 "DIR...: every rule's examples, with DIR's rules added.")
+    rsub = r.add_subparsers(dest="rules_cmd", required=True, metavar="ACTION")
+    rl = rsub.add_parser("list", help="the rules in effect, one a line",
+                         description="The rules in effect: id, tier/category, role, "
+                         "priority, and where each comes from\n(shipped, added or replaced "
+                         "by an extra directory, overridden by id).",
+                         formatter_class=_Formatter, epilog=_EPILOG)
+    rt = rsub.add_parser("test", help="run every rule's examples",
+                         description="Loads the shipped rules plus DIR's (a DIR rule with a "
+                         "shipped id replaces it) and runs\nevery rule's examples: each "
+                         "examples.match line must match the rule, no\nexamples.no_match "
+                         "line may. One line per failure; exit 1 if any.",
+                         formatter_class=_Formatter, epilog=_EPILOG)
+    rt.add_argument("dirs", nargs="*", metavar="DIR",
+                    help="directories of *.yaml rule files (the schema of "
+                    "rules/signatures/*.yaml); none: the shipped rules only")
+    for x in (rl, rt):
+        x.add_argument("--config", metavar="FILE",
+                       help="settings file whose rules section (dirs, disabled, overrides) "
+                       "applies")
+    rl.add_argument("--rules-dir", action="append", default=[], metavar="DIR",
+                    help="an extra directory of signature rules (repeatable)")
+    rl.add_argument("--json", action="store_true", help="one JSON object per rule")
+
+    f = _command(sub, "feedback-export", "export the store's feedback as corrections",
+                 "Writes {text, category} lines for vllm-sentinel train --with-feedback.")
+    f.add_argument("--config", metavar="FILE",
+                   help="YAML settings file of the service (its store.url is read)")
+    f.add_argument("--out", required=True, metavar="FILE",
+                   help="JSONL file to write ({text, category} a line); - for stdout")
     return p
 
 
@@ -66,6 +160,21 @@ def main(argv: list[str] | None = None) -> int:
         args.args = argv[cmd_at + 1:]
     else:
         args = _parser().parse_args(argv)
+    from service.api.auth import InsecureConfigError
+    from service.configcheck import ConfigError
+
+    try:
+        return _run(args)
+    except ConfigError as exc:  # one line per problem, never a traceback
+        for problem in exc.problems:
+            print(f"vllm-sentinel {args.cmd}: {problem}", file=sys.stderr)
+        return 2
+    except InsecureConfigError as exc:
+        print(f"vllm-sentinel {args.cmd}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.cmd == "serve":  # a service logs at INFO (serve configures it; -v changes nothing)
         from service.app import serve
 
@@ -77,25 +186,100 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "train":
         from service.classify.training import main as train_main
 
-        return train_main(args.args)
+        return train_main(args.args, prog="vllm-sentinel train")
     if args.cmd == "evaluate":
         from service.evaluate import main as evaluate_main
 
         return evaluate_main(args.directory, args.mode, args.json)
     if args.cmd == "feedback-export":
         return _feedback_export(args)
+    if args.cmd == "check-config":
+        return _check_config(args)
+    if args.cmd == "rules":
+        return _rules(args)
     return 2
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    from service.configcheck import check_config
+
+    shown = "stdin" if args.file == "-" else args.file
+    text = sys.stdin.read() if args.file == "-" else None
+    problems = check_config(shown, probe=args.probe, text=text)
+    for problem in problems:
+        print(problem if problem.startswith(f"{shown}:") else f"{shown}: {problem}")
+    if problems:
+        print(f"{shown}: {len(problems)} problem{'s' if len(problems) != 1 else ''}",
+              file=sys.stderr)
+        return 1
+    print(f"{shown}: ok")
+    return 0
+
+
+def _rule_settings(config: str | None, dirs: list[str]) -> tuple[list[str], list[str],
+                                                                  dict[str, Any]]:
+    """(extra dirs, disabled ids, overrides) of ``--config`` plus ``dirs``."""
+    if not config:
+        return list(dirs), [], {}
+    from service.configcheck import load_checked
+
+    rules = load_checked(config).rules
+    return [*rules.dirs, *dirs], list(rules.disabled), dict(rules.overrides)
+
+
+def load_rules(config: str | None, dirs: list[str]) -> Any:
+    """The rule set in effect, or :class:`ConfigError` listing what is wrong."""
+    from service.classify.ruletest import RuleLoadError, load_rule_set
+    from service.configcheck import ConfigError
+
+    extra, disabled, overrides = _rule_settings(config, dirs)
+    try:
+        return load_rule_set(extra, disabled, overrides)
+    except RuleLoadError as exc:
+        raise ConfigError([f"rules: {p}" for p in exc.problems]) from None
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from service.classify.ruletest import count_examples, run_examples
+
+    if args.rules_cmd == "list":
+        rs = load_rules(args.config, args.rules_dir)
+        for sig in sorted(rs.signatures, key=lambda s: s.id):
+            row = {"id": sig.id, "tier": sig.tier, "category": sig.category, "role": sig.role,
+                   "priority": sig.priority, "status": rs.status.get(sig.id),
+                   "source": rs.source.get(sig.id)}
+            if args.json:
+                print(json.dumps(row))
+            else:
+                print(f"{sig.id:44s} {sig.tier}/{sig.category:20s} {sig.role:8s} "
+                      f"{sig.priority:4d}  {row['status']}: {row['source']}")
+        if not args.json:
+            print(f"{len(rs.signatures)} rules" + (f"; disabled: {', '.join(rs.disabled)}"
+                                                   if rs.disabled else ""), file=sys.stderr)
+        return 0
+    rs = load_rules(args.config, args.dirs)
+    failures = run_examples(rs)
+    for line in failures:
+        print(line)
+    n_examples = count_examples(rs)
+    if failures:
+        print(f"{len(failures)} of {n_examples} examples fail", file=sys.stderr)
+        return 1
+    added = sum(1 for s in rs.signatures if rs.status.get(s.id) != "shipped")
+    print(f"{len(rs.signatures)} rules ({added} from {', '.join(args.dirs) or 'no extra dir'}"
+          f"), {n_examples} examples: all pass")
+    return 0
 
 
 def _feedback_export(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
-    from service.config import load_settings
+    from service.configcheck import load_checked
     from service.feedback import corrections, write_jsonl
     from service.store import Store
     from service.store.engine import normalise_url
 
-    settings = load_settings(args.config)
+    settings = load_checked(args.config)
     url = make_url(normalise_url(settings.store.url))
     if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:") \
             and not os.path.exists(url.database):  # (opening it would create an empty one)
@@ -130,7 +314,7 @@ def _unreadable(path: str) -> str | None:
         return "is a directory (pass the log files in it)"
     if not os.access(path, os.R_OK):
         return "permission denied"
-    if os.path.getsize(path) == 0:
+    if os.path.isfile(path) and os.path.getsize(path) == 0:  # (a pipe, <(...), has no size)
         return "is empty"
     return None
 
@@ -152,7 +336,11 @@ def _classify(args: argparse.Namespace) -> int:
         if why:
             print(f"vllm-sentinel classify: {path}: {why}", file=sys.stderr)
             return 2
-    clf = build_classifier(use_model=not args.no_model)
+    from service.classify.rulebook import RuleBook
+
+    rules = load_rules(args.config, args.rules_dir)  # ConfigError: one line per problem
+    clf = build_classifier(use_model=not args.no_model,
+                           rulebook=RuleBook(signatures=rules.signatures))
     per_path: dict[str, int] = {}
     records = []
     for path in args.files:

@@ -4,16 +4,72 @@
 
 With no file and no environment the service starts on embedded defaults: SQLite file,
 HTTP + forward ingest on localhost, no Kafka.
+
+Every setting ``X`` of a section can instead be given as ``X_env`` (the name of an
+environment variable that holds it) or ``X_file`` (a file that holds it, e.g. a mounted
+Kubernetes Secret; one trailing newline is dropped): ``routing_key_file:
+/etc/vllm-sentinel/secrets/pagerduty-routing-key``, ``url_env: SLACK_WEBHOOK_URL``. Unknown
+keys are errors in every section. ``vllm-sentinel check-config FILE`` reports every problem.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+INDIRECT = {"_env": "environment variable", "_file": "file"}
+
+
+def resolve_indirect(fields: Any, data: Any) -> Any:
+    """Replace ``X_env`` / ``X_file`` keys of a section's input by ``X`` read from the
+    environment / the file (``fields``: the section's field names)."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key in data:
+        if not isinstance(key, str):
+            continue
+        suffix = next((sfx for sfx in INDIRECT if key.endswith(sfx)), None)
+        stem = key[: -len(suffix)] if suffix else None
+        if stem is None or stem not in fields or key in fields:
+            continue
+        source = out.pop(key)
+        if source is None:
+            continue
+        if not isinstance(source, str) or not source.strip():
+            raise ValueError(f"{key} must name an {INDIRECT[suffix]}")
+        if data.get(stem) is not None:
+            raise ValueError(f"give {stem} or {key}, not both")
+        if suffix == "_env":
+            value = os.environ.get(source)
+            if value is None:
+                raise ValueError(f"{key}: environment variable {source} is not set")
+        else:
+            try:
+                value = Path(source).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ValueError(f"{key}: cannot read {source}: {exc.strerror or exc}") from None
+            value = value[:-1] if value.endswith("\n") else value
+            value = value[:-1] if value.endswith("\r") else value
+        out[stem] = value
+    return out
+
+
+class Section(BaseModel):
+    """A settings section: unknown keys are errors; any setting may come from the
+    environment or a file (``X_env`` / ``X_file``, see the module docstring)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _indirect(cls, data: Any) -> Any:
+        return resolve_indirect(cls.model_fields, data)
 
 
 def check_secret(value: str | None) -> str | None:
@@ -24,9 +80,9 @@ def check_secret(value: str | None) -> str | None:
     return value
 
 
-class ApiSettings(BaseModel):
+class ApiSettings(Section):
     host: str = "127.0.0.1"
-    port: int = 8080
+    port: int = Field(8080, ge=0, le=65535)  # (0: any free port, for tests)
     token: str | None = None  # bearer token for writes and ingest; None = no auth (dev only)
     read_token: str | None = None  # optional bearer token for reads as well
     allow_unauthenticated: bool = False  # permit no token on a non-loopback host (not advised)
@@ -37,7 +93,7 @@ class ApiSettings(BaseModel):
         return check_secret(value)
 
 
-class StoreSettings(BaseModel):
+class StoreSettings(Section):
     url: str = "sqlite:///sentinel.db"
     pool_size: int = 5
     # retention (0 = keep forever): resolved incidents (with their outbox events and
@@ -48,7 +104,7 @@ class StoreSettings(BaseModel):
     retention_interval_s: float = Field(600.0, gt=0)  # how often the prune runs
 
 
-class KafkaSettings(BaseModel):
+class KafkaSettings(Section):
     bootstrap: str = "127.0.0.1:9092"
     topics: list[str] = Field(default_factory=lambda: ["vllm-logs"])
     group: str = "vllm-sentinel"
@@ -71,9 +127,9 @@ class KafkaSettings(BaseModel):
     extra: dict[str, Any] = Field(default_factory=dict)  # passed through to the client
 
 
-class ForwardSettings(BaseModel):
+class ForwardSettings(Section):
     host: str = "127.0.0.1"
-    port: int = 24224
+    port: int = Field(24224, ge=0, le=65535)  # (0: any free port, for tests)
     # required beyond loopback (the service refuses to start without it there)
     shared_key: str | None = None
     allow_unauthenticated: bool = False  # permit no shared_key on a non-loopback host
@@ -91,16 +147,16 @@ class ForwardSettings(BaseModel):
         return check_secret(value)
 
 
-class SourcesSettings(BaseModel):
+class SourcesSettings(Section):
     kafka: KafkaSettings | None = None
     forward: ForwardSettings | None = Field(default_factory=ForwardSettings)
     http: bool = True
 
 
-class ReceiverSettings(BaseModel):
+class ReceiverSettings(Section):
     name: str
     type: Literal["slack", "webhook", "pagerduty", "alertmanager"]
-    url: str
+    url: str  # or url_env / url_file (as every setting: secret_env, routing_key_file ...)
     secret: str | None = None  # webhook: HMAC-SHA256 key for X-Sentinel-Signature
     routing_key: str | None = None  # pagerduty
     # alertmanager: open alerts are posted again this often, each with endsAt = now + 4x this
@@ -113,7 +169,7 @@ class ReceiverSettings(BaseModel):
     timeout_s: float = 5.0
 
 
-class NotifySettings(BaseModel):
+class NotifySettings(Section):
     group_wait_s: float = 1.0  # wait this long after a change so late root-cause lines coalesce
     max_attempts: int = 0  # 0 = retry forever (with backoff); alerts are never dropped
     backoff_base_s: float = 1.0
@@ -121,7 +177,7 @@ class NotifySettings(BaseModel):
     external_url: str = "http://127.0.0.1:8080"
 
 
-class StallSettings(BaseModel):
+class StallSettings(Section):
     """Per-stage deadlines (seconds without reaching the next stage)."""
 
     enabled: bool = True
@@ -132,7 +188,7 @@ class StallSettings(BaseModel):
     })
 
 
-class RestartSettings(BaseModel):
+class RestartSettings(Section):
     """Restarts of one workload: a new run in its stream (a new banner, API server pid or
     later start), a new container of its pod, a pod that replaced another of its workload on
     the same node. The same failure again counts one more restart on the open incident
@@ -142,7 +198,7 @@ class RestartSettings(BaseModel):
     crash_loop_attempts: int = Field(3, ge=2)
 
 
-class StreamSettings(BaseModel):
+class StreamSettings(Section):
     """Streams kept in memory (their snapshots are in the store and come back with their next
     line): at most ``max_in_memory``, and none untouched for ``idle_evict_s``."""
 
@@ -150,7 +206,7 @@ class StreamSettings(BaseModel):
     idle_evict_s: float = Field(3600.0, gt=0)
 
 
-class FleetSettings(BaseModel):
+class FleetSettings(Section):
     """Fleet incidents: N or more workloads failing with the same fleet-prone category and a
     shared key (driver branch, image, node pool, NCCL version, namespace) within the window
     page once as one fleet incident; the per-pod pages are inhibited.
@@ -167,6 +223,17 @@ class FleetSettings(BaseModel):
     hold_s: float = Field(20.0, ge=0)
 
 
+class RulesSettings(Section):
+    """Rules a team adds without a fork: directories of signature files (the schema of
+    ``rules/signatures/*.yaml``, each rule with its tested examples); a rule with the id of a
+    shipped one replaces it; ``disabled`` ids are switched off; ``overrides`` change fields of
+    a rule by id (``{kv-cache-no-memory: {priority: 90}}``)."""
+
+    dirs: list[str] = Field(default_factory=list)
+    disabled: list[str] = Field(default_factory=list)
+    overrides: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SENTINEL_", env_nested_delimiter="__",
                                       extra="forbid")
@@ -180,6 +247,7 @@ class Settings(BaseSettings):
     restarts: RestartSettings = Field(default_factory=RestartSettings)
     streams: StreamSettings = Field(default_factory=StreamSettings)
     fleet: FleetSettings = Field(default_factory=FleetSettings)
+    rules: RulesSettings = Field(default_factory=RulesSettings)
     use_model: bool = True
     # owner of delivery claims; stable across restarts so a restarted process takes its
     # claims back at once. Default: <hostname>-<hash of store URL and API address> (in

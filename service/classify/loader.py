@@ -75,7 +75,8 @@ def load_text_model(models_dir: Path = MODELS_DIR, *, strict: bool = False,
 
 
 def build_classifier(use_model: bool = True, rules_dir: Path = RULES_DIR,
-                     models_dir: Path = MODELS_DIR, **kwargs: object) -> Classifier:
+                     models_dir: Path = MODELS_DIR, rulebook: RuleBook | None = None,
+                     **kwargs: object) -> Classifier:
     model = load_text_model(models_dir) if use_model else None
-    return Classifier(RuleBook(rules_dir), text_model=model, novelty=NoveltyDetector(),
+    return Classifier(rulebook or RuleBook(rules_dir), text_model=model, novelty=NoveltyDetector(),
                       **kwargs)  # type: ignore[arg-type]

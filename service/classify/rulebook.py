@@ -50,9 +50,15 @@ class RuleBook:
     """The loaded rule data of ``rules/``, compiled for the per-line hot path."""
 
     def __init__(self, rules_dir: Path = RULES_DIR, with_signatures: bool = True,
-                 exclude: frozenset[str] = frozenset()) -> None:
+                 exclude: frozenset[str] = frozenset(),
+                 signatures: list[Signature] | None = None) -> None:
+        """``signatures``: the rules in effect (extra directories, disabled and overridden
+        rules: :func:`service.classify.ruletest.load_rule_set`); default: the shipped ones."""
         self.rules_dir = rules_dir
-        sigs = load_signatures(rules_dir) if with_signatures else []
+        if not with_signatures:
+            sigs = []
+        else:
+            sigs = list(signatures) if signatures is not None else load_signatures(rules_dir)
         self.signatures = [s for s in sigs if s.id not in exclude]
         self.stage_rules = load_stage_rules(rules_dir)
         self.fact_rules = load_fact_rules(rules_dir)

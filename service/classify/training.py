@@ -811,9 +811,9 @@ def model_card(m: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m service.classify.training") -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m service.classify.training",
+        prog=prog,
         description="Train the vllm-sentinel text classifier and write a verified artifact.",
     )
     parser.add_argument("--data", type=Path, default=Path("training_data"),
