@@ -18,7 +18,7 @@ import pytest
 from fluent.sender import FluentSender
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
+from service.classify.report import classify_paths, classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.envelope import Format, decode_line, decode_record, split_cri
 from service.ingest.files import read_file
@@ -102,11 +102,18 @@ def test_custom_format_fields_and_odd_values_never_break_the_header() -> None:
     assert not is_vllm_json({"log": "x", "message": "y"})
 
 
+def _classify(path: Path, how: str) -> list[dict[str, Any]]:
+    if how == "paths":  # what the CLI does: CRI and raw files by blocks
+        return classify_paths([str(path)], Classifier(RB))
+    return classify_records(read_file(str(path)), Classifier(RB))
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("ext", ["log", "cri.log"])
-def test_text_and_json_runs_give_the_same_verdict(case: str, ext: str) -> None:
-    text = classify_records(read_file(str(TEXT / f"{case}.{ext}")), Classifier(RB))
-    js = classify_records(read_file(str(JSON_DIR / f"{case}.{ext}")), Classifier(RB))
+@pytest.mark.parametrize("how", ["records", "paths"])
+def test_text_and_json_runs_give_the_same_verdict(case: str, ext: str, how: str) -> None:
+    text = _classify(TEXT / f"{case}.{ext}", how)
+    js = _classify(JSON_DIR / f"{case}.{ext}", how)
     assert len(text) == len(js) == 1
     assert summary(js[0]) == summary(text[0])
     same_facts(text[0]["facts"], js[0]["facts"])
