@@ -58,3 +58,14 @@ def test_junk_bytes_and_cri_partials_take_the_per_line_decoder(tmp_path) -> None
     part = tmp_path / "partial.cri.log"
     part.write_text("\n".join(cri) + "\n")
     same(part, lambda: Classifier(RB))
+
+
+def test_json_lines_after_a_text_head_are_still_json_records(tmp_path) -> None:
+    text = (ROOT / "tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log").read_text()
+    head = (text * (1 + (70 << 10) // len(text)))[: 70 << 10]
+    head = head[: head.rfind("\n") + 1]
+    json_log = sorted((ROOT / "tests/fixtures/real-json").glob("*kv-cache*"))[0].read_text()
+    mixed = tmp_path / "mixed.log"
+    mixed.write_text(head + json_log)
+    assert blockscan.eligible(str(mixed), "auto") is Format.RAW
+    same(mixed, lambda: Classifier(RB))

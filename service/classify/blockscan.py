@@ -123,10 +123,12 @@ def sniff(path: str) -> Format | None:
 
 
 def classify_file(path: str, clf: Classifier, fmt: Format,
-                  on_block: Callable[[int], None] | None = None
-                  ) -> tuple[str, dict[str, Incident]]:
+                  on_block: Callable[[int], None] | None = None, *,
+                  decode_as: Format | str = Format.AUTO) -> tuple[str, dict[str, Incident]]:
     """Feed ``path`` (RAW or CRI, see :func:`sniff`) to ``clf`` by blocks; returns the stream
-    key and the incidents its changes touched. ``on_block(bytes)`` reports progress."""
+    key and the incidents its changes touched. ``on_block(bytes)`` reports progress; the
+    selected lines are decoded as ``decode_as`` (the caller's format: auto-detected per line
+    like the per-line path, so a JSON line later in a text file is still a JSON record)."""
     meta = path_meta(path)
     key = stream_key(dict(meta), path) if meta else path
     seen: dict[str, Incident] = {}
@@ -136,9 +138,12 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
     lines_in = 0
     last = ""
 
+    def decode(line: str) -> list[LogRecord]:
+        return decode_line(line, path, decode_as, None, meta, "file")
+
     def feed(line: str) -> None:
         nonlocal lines_in
-        for rec in decode_line(line, path, fmt, None, meta, "file"):
+        for rec in decode_line(line, path, decode_as, None, meta, "file"):
             cur = clf.streams.get(rec.stream)
             if rec.time is None and (cur is None or cur.status == STARTING):
                 rec.time = line_time(rec.text, year)
@@ -176,7 +181,7 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
                 cut = text.rfind("\n", pos, hit)
                 start = pos if cut < 0 else cut + 1
             if start > pos:
-                _skip(clf, st, text, pos, start, serving, fmt, year)
+                _skip(clf, st, text, pos, start, serving, decode, year)
             if hit is None:
                 break
             nl = text.find("\n", hit)
@@ -205,33 +210,30 @@ def _feed_everything(clf: Classifier, st: Any) -> bool:
 
 
 def _skip(clf: Classifier, st: Any, text: str, a: int, b: int, serving: bool,
-          fmt: Format, year: int) -> None:
+          decode: Callable[[str], list[LogRecord]], year: int) -> None:
     """Lines ``text[a:b]`` hold nothing any rule looks at: count them, and keep the stream's
-    clock, as the per-line path would (serving: every line; starting: lines with content)."""
+    clock, as the per-line path would (serving: every line; starting: every record with
+    content, with its time)."""
     if serving:
         n = text.count("\n", a, b)
         st.seq += n
         clf.lines += n
         return
-    timed = fmt is Format.CRI or st.status == STARTING
     for ln in text[a:b].split("\n")[:-1]:
-        if not ln.strip() or parse_line(_payload(ln, fmt)).kind == EMPTY:
+        if not ln.strip():
             continue
-        st.seq += 1
-        clf.lines += 1
-        t = _time_of(ln, fmt, year) if timed else None
-        if t is not None:
-            st.last_time = t
-            if st.first_time is None:
-                st.first_time = t
-
-
-def _payload(line: str, fmt: Format) -> str:
-    """The log text of a line (a CRI line's message)."""
-    if fmt is Format.CRI:
-        cri = split_cri(line)
-        return cri[3] if cri else line
-    return line
+        for rec in decode(ln):
+            if parse_line(rec.text).kind == EMPTY:
+                continue
+            st.seq += 1
+            clf.lines += 1
+            t = rec.time
+            if t is None and st.status == STARTING:
+                t = line_time(rec.text, year)
+            if t is not None:
+                st.last_time = t
+                if st.first_time is None:
+                    st.first_time = t
 
 
 def _text_blocks(path: str, on_block: Callable[[int], None] | None

@@ -45,7 +45,8 @@ def classify_paths(paths: Iterable[str], classifier: Classifier, *, fmt: Format 
     for path in paths:
         scan_fmt = blockscan.eligible(path, fmt)
         if scan_fmt is not None:
-            key, incs = blockscan.classify_file(path, classifier, scan_fmt, on_block)
+            key, incs = blockscan.classify_file(path, classifier, scan_fmt, on_block,
+                                                decode_as=fmt)
             if key not in seen:
                 seen[key] = {}
                 order.append(key)
