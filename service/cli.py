@@ -326,10 +326,36 @@ def _physical_lines(path: str) -> int:
     return sum(1 for _ in read_file(path, fmt="raw", join=False))
 
 
+class Progress:
+    """Bytes done and lines/s on one stderr line while a big input is classified (a TTY
+    only; silent when piped)."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done_bytes, self.started = total, 0, time.monotonic()
+        self.shown = 0.0
+
+    @classmethod
+    def for_files(cls, paths: list[str]) -> Progress | None:
+        total = sum(os.path.getsize(p) for p in paths if p != "-" and os.path.isfile(p))
+        return cls(total) if total >= 64 << 20 else None
+
+    def add(self, n: int) -> None:
+        self.done_bytes += n
+        now = time.monotonic()
+        if now - self.shown >= 0.5:
+            self.shown = now
+            rate = self.done_bytes / max(now - self.started, 1e-6) / 1e6
+            pct = 100 * self.done_bytes / self.total if self.total else 0
+            print(f"\r  {pct:5.1f}%  {self.done_bytes / 1e6:,.0f} of {self.total / 1e6:,.0f} MB"
+                  f"  {rate:,.0f} MB/s", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+
+
 def _classify(args: argparse.Namespace) -> int:
     from service.classify.loader import build_classifier
-    from service.classify.report import classify_records
-    from service.ingest.files import read_files
+    from service.classify.report import classify_paths
 
     for path in args.files:
         why = _unreadable(path)
@@ -341,25 +367,6 @@ def _classify(args: argparse.Namespace) -> int:
     rules = load_rules(args.config, args.rules_dir)  # ConfigError: one line per problem
     clf = build_classifier(use_model=not args.no_model,
                            rulebook=RuleBook(signatures=rules.signatures))
-    per_path: dict[str, int] = {}
-    records = []
-    for path in args.files:
-        got = list(read_files([path], fmt=args.format))
-        per_path[path] = len(got)
-        records.extend(got)
-    if args.format != "auto":
-        for path, kept in per_path.items():
-            if path == "-":
-                continue
-            lines = _physical_lines(path)
-            if lines and kept < lines / 2:
-                print(f"vllm-sentinel classify: warning: --format {args.format} kept {kept} of "
-                      f"{lines} lines of {path}; is it another envelope? (--format auto "
-                      "detects it per line)", file=sys.stderr)
-    if not records:
-        print("vllm-sentinel classify: no log lines could be read from "
-              f"{', '.join(args.files)} (see --format, -v for the rejects)", file=sys.stderr)
-        return 2
     now = None
     if args.now is not None:
         from service.api.timespec import parse_instant
@@ -369,7 +376,27 @@ def _classify(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"vllm-sentinel classify: --now: {exc}", file=sys.stderr)
             return 2
-    reports = classify_records(records, clf, now=now)
+    progress = Progress.for_files(args.files) if sys.stderr.isatty() else None
+    reports = classify_paths(args.files, clf, fmt=args.format, now=now,
+                             on_block=progress.add if progress else None)
+    if progress:
+        progress.done()
+    if args.format != "auto":
+        for path in args.files:
+            if path == "-":
+                continue
+            lines = _physical_lines(path)
+            kept = sum(r["lines"] for r in reports if r["stream"] == path
+                       or r["meta"].get("path") == path) if len(args.files) > 1 else \
+                sum(r["lines"] for r in reports)
+            if lines and kept < lines / 2:
+                print(f"vllm-sentinel classify: warning: --format {args.format} kept {kept} of "
+                      f"{lines} lines of {path}; is it another envelope? (--format auto "
+                      "detects it per line)", file=sys.stderr)
+    if not reports or not any(r["lines"] for r in reports):
+        print("vllm-sentinel classify: no log lines could be read from "
+              f"{', '.join(args.files)} (see --format, -v for the rejects)", file=sys.stderr)
+        return 2
     colour = args.color == "always" or (args.color == "auto" and sys.stdout.isatty()
                                         and not os.environ.get("NO_COLOR"))
     failed = False
