@@ -128,6 +128,9 @@ def refresh_store_gauges(store: Any, receivers: Iterable[str] = ()) -> bool:
 
 
 def reject(source: str, reason: str, detail: str = "") -> None:
-    """Count and log one rejected input; never raises."""
-    REJECTS.labels(source=source, reason=reason).inc()
-    log.warning("rejected input from %s: %s %s", source, reason, detail[:200])
+    """Count one rejected input and log it at a bounded rate (one line per source and reason
+    per interval, at most 120 escaped characters of the input: :mod:`service.ratelog`);
+    never raises."""
+    from service import ratelog  # imports this module: resolved at call time
+
+    ratelog.reject(source, reason, detail)
