@@ -69,12 +69,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lines", type=int, default=1_000_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only", choices=["realistic", "marker-heavy"], help="one stream only")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         streams = {"realistic": Path(d) / "realistic.log", "marker-heavy": Path(d) / "markers.log"}
         make_stream(streams["realistic"], args.lines, "raw")
         marker_heavy(streams["marker-heavy"], args.lines)
         for name, path in streams.items():
+            if args.only and name != args.only:
+                continue
             n = sum(1 for _ in path.open("rb"))
             mb = path.stat().st_size / 1e6
             bare = timed([sys.executable, "-c", BARE, str(path)], args.repeat)

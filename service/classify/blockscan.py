@@ -31,7 +31,7 @@ from service import metrics
 from service.classify.engine import Change, Classifier
 from service.classify.incident import MAX_EVIDENCE, Incident
 from service.classify.stream_state import STARTING
-from service.ingest.envelope import Format, decode_line, split_cri, stream_key
+from service.ingest.envelope import MAX_LINE, Format, decode_line, split_cri, stream_key
 from service.ingest.files import salvage_line
 from service.ingest.runtime_paths import path_meta
 from service.ingest.timestamps import line_time
@@ -39,7 +39,8 @@ from service.parse.line import EMPTY, parse_line
 from service.records import LogRecord
 
 BLOCK = 4 << 20  # bytes read at a time
-WINDOW = 64 << 10  # characters a starting stream's scan looks at per call
+WINDOW = 64 << 10
+_ENVELOPE_START = frozenset("{0123456789")  # a line auto-detection may read as JSON or CRI  # characters a starting stream's scan looks at per call
 # Words that make a line of a starting stream worth parsing although no rule literal is in
 # it: levels, traceback tokens and the failure vocabulary that sends a line to the model.
 # (and "pid=": a process prefix with a new pid starts a new run)
@@ -141,14 +142,23 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
     def decode(line: str) -> list[LogRecord]:
         return decode_line(line, path, decode_as, None, meta, "file")
 
+    plain = not meta and decode_as in (Format.AUTO, Format.RAW, "auto", "raw")
+
     def feed(line: str) -> None:
         nonlocal lines_in
+        lines_in += 1
+        cur = clf.streams.get(key)
+        if (plain and cur is not None and line[:1] not in _ENVELOPE_START
+                and len(line) <= MAX_LINE and "\r" not in line[-1:]):
+            # a plain text line of a known stream: what decode_line + feed would do
+            t = line_time(line, year) if cur.status == STARTING else None
+            _collect(seen, clf.feed_text(cur, line, t))
+            return
         for rec in decode_line(line, path, decode_as, None, meta, "file"):
             cur = clf.streams.get(rec.stream)
             if rec.time is None and (cur is None or cur.status == STARTING):
                 rec.time = line_time(rec.text, year)
             _collect(seen, clf.feed(rec))
-        lines_in += 1
 
     for text in _text_blocks(path, on_block):
         if isinstance(text, bytes):
