@@ -31,8 +31,9 @@ Variations (all drawn from ``random.Random(seed)``, so the output is reproducibl
 - ``[rankN]:`` prefixes as torch distributed prints them, and truncation of long lines at a
   word boundary (log shippers cut long lines).
 
-Never an input: ``tests/corpus/cases`` (the held-out evaluation corpus). A seed whose
-source names a corpus case's source is refused.
+Never an input: ``tests/corpus/cases`` (the evaluation corpus) and ``tests/blind/cases`` (the
+blind set, labelled before the classifier saw it). A seed whose source names a case's source
+is refused.
 """
 
 from __future__ import annotations
@@ -273,7 +274,9 @@ def load_seeds(path: Path) -> list[dict]:
 
 def corpus_sources(repo: Path) -> set[str]:
     out = set()
-    for p in sorted((repo / "tests" / "corpus" / "cases").glob("*.json")):
+    held_out = [*(repo / "tests" / "corpus" / "cases").glob("*.json"),
+                *(repo / "tests" / "blind" / "cases").glob("*.json")]
+    for p in sorted(held_out):
         try:
             src = json.loads(p.read_text(encoding="utf-8")).get("source", "")
         except ValueError:

@@ -153,6 +153,10 @@ def load_examples(
 ) -> tuple[list[Example], list[Example]]:
     """(labelled examples, out-of-taxonomy texts) from ``data_dir`` (+ corrections)."""
     data_dir = Path(data_dir)
+    held_out = {"corpus", "blind"}  # tests/corpus and tests/blind: evaluation only
+    parts = data_dir.resolve().parts
+    if any(a == "tests" and b in held_out for a, b in zip(parts, parts[1:], strict=False)):
+        raise ValueError(f"{data_dir} is a held-out evaluation set, never training data")
     files = sorted(data_dir.glob("*.jsonl"))
     if not files:
         raise FileNotFoundError(f"no *.jsonl training files in {data_dir}")
