@@ -14,9 +14,10 @@ Not for CI (needs the venv from setup_vllm_cpu.sh and the models from make_tiny_
   restart policy), ``<name>.docker.log`` (the same in Docker's json-file format, one file for
   the one container) and ``<name>.<n>.cri.log`` (kubelet's ``<restart count>.log``, one file per
   container of the pod), plus ``<name>.meta.json`` with every attempt.
-* ``serving-kv-saturated``: a KV cache of 10 blocks (``--num-gpu-blocks-override``, 128 tokens a
-  block on CPU) and requests arriving faster than they finish: the cache stays full, requests
-  are preempted and the waiting queue grows; then SIGTERM.
+* ``serving-kv-saturated``: a KV cache of 17 blocks (``--num-gpu-blocks-override``, 128 tokens a
+  block on CPU) and requests arriving faster than they finish: the cache stays full and the
+  waiting queue grows; then a burst of long generations that outgrow the cache (preempted;
+  vllm-cpu 0.32 does not print a ``Preemptions`` count for them); then SIGTERM.
 * ``prefix-caching-zero-hit``: ``--enable-prefix-caching`` and completions whose prompts share
   no prefix: the hit rate stays at 0 % while prompts are served; then SIGTERM.
 
@@ -72,7 +73,8 @@ def wait_for_idle_cores(max_wait: float = 3600) -> None:
     raise SystemExit("another vLLM kept running")
 
 
-def completion(prompt: str, max_tokens: int, timeout: float = 600) -> str:
+def completion(prompt: str | list[int], max_tokens: int, timeout: float = 600) -> str:
+    """POST /v1/completions (a text prompt, or token ids for an exact length)."""
     body = json.dumps({"model": M, "prompt": prompt, "max_tokens": max_tokens,
                        "temperature": 0.8, "ignore_eos": True}).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", data=body,
@@ -84,6 +86,11 @@ def completion(prompt: str, max_tokens: int, timeout: float = 600) -> str:
         return f"HTTP {e.code}"
     except Exception as e:  # noqa: BLE001 - resets at shutdown are expected
         return type(e).__name__
+
+
+def token_prompt(rng: random.Random, n: int) -> list[int]:
+    """``n`` random token ids of the tiny model's vocabulary (473 tokens; an exact length)."""
+    return [rng.randrange(10, 460) for _ in range(n)]
 
 
 def distinct_prompt(rng: random.Random, words: int) -> str:
@@ -152,37 +159,52 @@ def restart_loop(name: str, attempts: int = 3) -> None:
 
 
 # ---- serving scenarios ----------------------------------------------------------------------
-def drive_saturation(cap: Capture, rate: float = 1.5, seconds: float = 24.0,
-                     prompt_words: int = 60, max_tokens: int = 300) -> None:
+def drive_saturation(cap: Capture, rate: float = 10.0, seconds: float = 20.0,
+                     prompt_tokens: int = 1936, max_tokens: int = 100, burst: int = 12) -> None:
+    """Phase 1: requests of 1,936 prompt tokens + 100 generated: 16 blocks of 128 tokens
+    from admission to the end, all of the KV cache (17 blocks, one held back), so one runs
+    at a time and the cache is full while it does; they arrive at ``rate``/s, faster than
+    they finish, so the waiting queue grows. Phase 2: ``burst`` short prompts generating
+    1,900 tokens at once: several are admitted, grow, and are preempted back to waiting."""
     if not cap.wait_for(scenarios.STARTED, 300):
         cap.note("never started")
         return
     time.sleep(2)
     rng = random.Random(7)
     results: list[str] = []
-    threads = []
-    n = int(rate * seconds)
-    cap.note(f"sending {n} completions ({max_tokens} tokens each, ignore_eos) at "
-             f"{rate}/s")
-    def one(prompt: str) -> None:
-        results.append(completion(prompt, max_tokens))
+    threads: list[threading.Thread] = []
 
-    for _ in range(n):
-        t = threading.Thread(target=one, args=(distinct_prompt(rng, prompt_words),),
-                             daemon=True)
+    def one(prompt: list[int], tokens: int) -> None:
+        results.append(completion(prompt, tokens))
+
+    def send(prompt: list[int], tokens: int) -> None:
+        t = threading.Thread(target=one, args=(prompt, tokens), daemon=True)
         t.start()
         threads.append(t)
+
+    n = int(rate * seconds)
+    cap.note(f"phase 1: {n} completions ({prompt_tokens} prompt tokens, {max_tokens} "
+             f"generated, ignore_eos) at {rate}/s")
+    for _ in range(n):
+        send(token_prompt(rng, prompt_tokens), max_tokens)
         time.sleep(1.0 / rate)
-    deadline = time.time() + 240
     for t in threads:
-        t.join(max(0.0, deadline - time.time()))
-    done = sum(1 for r in results if r == "200")
-    cap.note(f"completions finished: {done} of {n} answered 200")
+        t.join(300)
+    cap.note(f"phase 1 done: {results.count('200')} of {n} answered 200")
+    time.sleep(4)
+    cap.note(f"phase 2: {burst} completions of 1900 tokens from 40-token prompts at once")
+    results.clear()
+    threads.clear()
+    for _ in range(burst):
+        send(token_prompt(rng, 40), 1900)
+    for t in threads:
+        t.join(300)
+    cap.note(f"phase 2 done: {results.count('200')} of {burst} answered 200")
     time.sleep(5)  # idle stats lines
     cap.send_signal(signal.SIGTERM)
 
 
-def drive_zero_hit(cap: Capture, count: int = 16, prompt_words: int = 150) -> None:
+def drive_zero_hit(cap: Capture, count: int = 16, prompt_words: int = 60) -> None:
     if not cap.wait_for(scenarios.STARTED, 300):
         cap.note("never started")
         return
@@ -200,11 +222,14 @@ def drive_zero_hit(cap: Capture, count: int = 16, prompt_words: int = 150) -> No
 
 SERVING = {
     "serving-kv-saturated": dict(
-        cmd=scenarios.serve(M, "--max-model-len", "1024", "--num-gpu-blocks-override", "10"),
+        cmd=scenarios.serve(M, "--max-model-len", "2048", "--num-gpu-blocks-override", "17"),
         env={"VLLM_LOG_STATS_INTERVAL": "2"},
         drive=drive_saturation,
-        what="KV cache of 10 blocks (1,280 tokens) and 36 completions of 300 tokens arriving "
-             "at 1.5/s: KV cache full, preemptions, waiting queue growing; then SIGTERM"),
+        what="KV cache of 17 blocks of 128 tokens (--num-gpu-blocks-override 17, "
+             "--max-model-len 2048); 200 completions of 1,936 prompt + 100 generated tokens "
+             "arriving at 10/s (one fits at a time: KV cache usage 100%, waiting queue "
+             "growing), then 12 40-token prompts generating 1,900 tokens at once (admitted "
+             "together, preempted back to waiting as they grow); then SIGTERM"),
     "prefix-caching-zero-hit": dict(
         cmd=scenarios.serve(M, "--max-model-len", "1024", "--enable-prefix-caching"),
         env={"VLLM_LOG_STATS_INTERVAL": "2"},

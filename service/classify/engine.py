@@ -241,10 +241,14 @@ class Classifier:
         self._open_tb.pop(where, None)
         st.last_line = line.text
         hits = self.rules.scan(line.message)
-        if ((hits.run_start or self._restart_signal(st, line, bool(hits.stages), time))
+        # (pids are read on lines some rule looks at: the block scanner feeds only those)
+        looked_at = bool(hits.stages or hits.facts or hits.signatures or hits.ready
+                         or hits.serving or hits.shutdown)
+        if ((hits.run_start or (looked_at and self._restart_signal(st, line, bool(hits.stages),
+                                                                   time)))
                 and self._is_new_run(st)):
             self._new_run(st, changes, time)
-        if line.process == "APIServer" and line.pid is not None:
+        if looked_at and line.process == "APIServer" and line.pid is not None:
             st.extra.setdefault("api_pid", line.pid)
         if hits.stages:
             for stage in hits.stages:
@@ -529,8 +533,10 @@ class Classifier:
               previous: Incident | None = None, pending: bool = False) -> Incident:
         """A new incident of this run (``pending``: a restart's, not announced until it is
         judged a new failure rather than the same one again)."""
+        # (two warnings judged on one stats line are two incidents: the rule is in the id)
+        key = f.line if severity == "critical" else f"{f.rule}|{f.line}"
         inc = Incident(
-            id=Incident.make_id(st.key, st.run, f.seq, f.line), stream=st.key, run=st.run,
+            id=Incident.make_id(st.key, st.run, f.seq, key), stream=st.key, run=st.run,
             primary=f, severity=severity, meta=dict(st.meta), opened_at=f.time,
             updated_at=f.time,
         )
@@ -800,8 +806,11 @@ class Classifier:
 
     def _stats_checks(self, st: StreamState, text: str, time: float | None,
                       changes: list[Change]) -> None:
-        expected = (st.facts.get("enable_prefix_caching") == "True"
-                    or "'enable_prefix_caching': True" in st.facts.get("non_default_args", ""))
+        # a 0% hit rate matters where prefix caching was asked for: vLLM V1 turns it on by
+        # default, so with the non-default args known, only an explicit flag expects hits
+        args = st.facts.get("non_default_args")
+        expected = ("'enable_prefix_caching': True" in args if args is not None
+                    else st.facts.get("enable_prefix_caching") == "True")
         state = st.extra.setdefault("stats", {})
         for j in serving_stats.judge(text, state, expected):
             self._judgement(st, j.rule, j.category, j.detail, L.clean(text), time, changes)
