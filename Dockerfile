@@ -10,6 +10,17 @@
 # Configuration: SENTINEL_* environment variables (nested with "__", see
 # deploy/sentinel.example.yaml) and/or a YAML file mounted at /etc/vllm-sentinel/sentinel.yaml
 # and passed as `--config /etc/vllm-sentinel/sentinel.yaml` (the container's args).
+
+# Stage 1: the wheel. The build context is an allow-list (.dockerignore): pyproject.toml,
+# setup.py, README, service/, rules/, models/. The wheel ships rules/ and models/ as the data
+# packages vllm_sentinel_data.rules / .models (found with importlib.resources at run time).
+FROM python:3.11-slim AS wheel
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY . /src
+RUN pip wheel --no-deps -w /dist /src
+
+# Stage 2: the image, the wheel installed into site-packages (no source tree, no scikit-learn:
+# training is the [train] extra).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -17,13 +28,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-WORKDIR /app
-# The build context is an allow-list (.dockerignore): pyproject, README, service/, rules/,
-# models/ (when trained). rules/ and models/ are found next to service/ at run time, so the
-# project is installed in place (editable) rather than copied into site-packages.
-COPY . /app
-RUN pip install -e /app \
- && python -m compileall -q /app/service \
+COPY --from=wheel /dist /tmp/dist
+RUN pip install /tmp/dist/vllm_sentinel-*.whl \
+ && rm -rf /tmp/dist \
  && groupadd --system --gid 10001 sentinel \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/vllm-sentinel \
             --shell /usr/sbin/nologin sentinel \

@@ -21,9 +21,10 @@ from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR
 from service.classify.text_model import ArtifactError, TextModel
+from service.shipped import shipped_dir
 
 log = logging.getLogger(__name__)
-MODELS_DIR = Path(__file__).resolve().parents[2] / "models"
+MODELS_DIR = shipped_dir("models")  # the top-level models/, installed as vllm_sentinel_data.models
 PIN_FILE = Path(__file__).resolve().with_name("model_pin.py")
 
 

@@ -12,9 +12,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service.shipped import shipped_dir
 from service.taxonomy import CATEGORY_TIER, STAGES
 
-RULES_DIR = Path(__file__).resolve().parents[2] / "rules"
+RULES_DIR = shipped_dir("rules")  # the top-level rules/, installed as vllm_sentinel_data.rules
 
 Role = Literal["cause", "symptom", "cascade", "warning"]
 

@@ -32,6 +32,7 @@ Same data + same seed -> same splits, thresholds, scores and artifact bytes.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import sys
@@ -829,6 +830,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m service.classify.
                         metavar="FILE", help="JSONL of corrections {text, category} to add")
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
+    if importlib.util.find_spec("sklearn") is None:
+        print(f"{prog}: training needs scikit-learn, which is not installed: "
+              "pip install 'vllm-sentinel[train]'", file=sys.stderr)
+        return 2
     try:
         manifest = train(args.data, args.out, seed=args.seed, feedback=args.feedback,
                          quiet=args.quiet)
