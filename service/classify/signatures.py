@@ -35,6 +35,15 @@ def derive_literals(pattern: str) -> list[str] | None:
     return _required(list(parsed))
 
 
+def max_width(pattern: str) -> int | None:
+    """The longest string ``pattern`` can match, or None when unbounded or unknown."""
+    try:
+        hi = sre_parse.parse(pattern).getwidth()[1]
+    except Exception:  # noqa: BLE001 - regex-only syntax: treated as unbounded
+        return None
+    return None if hi >= sre_constants.MAXREPEAT else int(hi)
+
+
 def _required(items: Sequence[Any]) -> list[str] | None:
     candidates: list[list[str]] = []
     run: list[str] = []
@@ -78,12 +87,15 @@ class PatternIndex:
     def __init__(self, patterns: Sequence[tuple[str, list[str] | None, bool]], name: str = "") -> None:
         """``patterns``: (regex, literals or None to derive, case_sensitive)."""
         self._compiled: list[Any] = []
+        self._width: list[int | None] = []  # longest possible match (None: unbounded)
         self._always: list[int] = []
         self._auto = ahocorasick.Automaton()
         by_literal: dict[str, list[int]] = {}
         for idx, (pattern, literals, case_sensitive) in enumerate(patterns):
             flags = 0 if case_sensitive else regex.IGNORECASE
             self._compiled.append(regex.compile(pattern, flags | regex.VERSION0))
+            # windows are safe only where every match provably holds a literal (derived)
+            self._width.append(None if literals else max_width(pattern))
             lits = literals or derive_literals(pattern)
             if not lits:
                 log.warning("%s pattern %r has no literal prefilter; it runs on every line",
@@ -94,7 +106,7 @@ class PatternIndex:
                 by_literal.setdefault(lit.lower(), []).append(idx)
         self.literals = sorted(by_literal)  # lowercased; what the prefilter looks for
         for lit, idxs in by_literal.items():
-            self._auto.add_word(lit, tuple(idxs))
+            self._auto.add_word(lit, (len(lit), tuple(idxs)))
         self._has_auto = bool(by_literal)
         if self._has_auto:
             self._auto.make_automaton()
@@ -105,29 +117,62 @@ class PatternIndex:
         return bool(self._always)
 
     def candidates(self, message: str) -> set[int]:
-        found: set[int] = set(self._always)
+        return set(self._always) | set(self._spans(message))
+
+    def _spans(self, message: str) -> dict[int, list[tuple[int, int]]]:
+        """Candidate pattern → where its literals occur in ``message`` (start, end)."""
+        spans: dict[int, list[tuple[int, int]]] = {}
         if self._has_auto:
-            for _end, idxs in self._auto.iter(message.lower()):
-                found.update(idxs)
-        return found
+            for end, (n, idxs) in self._auto.iter(message.lower()):
+                for idx in idxs:
+                    spans.setdefault(idx, []).append((end - n + 1, end + 1))
+        return spans
 
     def search(self, message: str) -> list[tuple[int, Any]]:
-        """(pattern index, match) for every pattern that matches ``message``."""
+        """(pattern index, match) for every pattern that matches ``message``.
+
+        A pattern of bounded width is searched only around the occurrences of its literals
+        (every match contains one, so it lies within ``width`` of it): a long line full of
+        literals costs what the few windows cost, with the same first match."""
         if not message:
             return []
-        cands = self.candidates(message)
+        spans = self._spans(message)
+        cands = set(self._always) | set(spans)
         if not cands:
             return []
+        n = len(message)
+        located = n == len(message.lower())  # lowercasing kept every position
         hits: list[tuple[int, Any]] = []
         for idx in sorted(cands):
+            width = self._width[idx]
             try:
-                m = self._compiled[idx].search(message, timeout=MATCH_TIMEOUT_S)
+                if width is None or idx not in spans or not located or 2 * width >= n:
+                    m = self._compiled[idx].search(message, timeout=MATCH_TIMEOUT_S)
+                else:
+                    m = self._windowed(idx, message, spans[idx], width)
             except TimeoutError:
                 log.warning("pattern %d timed out on a %d-char line", idx, len(message))
                 continue
             if m is not None:
                 hits.append((idx, m))
         return hits
+
+    def _windowed(self, idx: int, message: str, spans: list[tuple[int, int]],
+                  width: int) -> Any:
+        n = len(message)
+        windows: list[list[int]] = []
+        for start, end in sorted(spans):
+            a, b = max(0, start - width), min(n, end + width + 1)
+            if windows and a <= windows[-1][1]:
+                windows[-1][1] = max(windows[-1][1], b)
+            else:
+                windows.append([a, b])
+        pattern = self._compiled[idx]
+        for a, b in windows:  # disjoint and in order: the first match found is the first
+            m = pattern.search(message, a, b, timeout=MATCH_TIMEOUT_S)
+            if m is not None:
+                return m
+        return None
 
 
 class SignatureMatcher:
