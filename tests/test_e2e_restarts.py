@@ -1,9 +1,13 @@
-"""End to end: the real service (``vllm-sentinel serve``) fed the real restart loop
-(tests/fixtures/real/restart-loop-kv-cache.<n>.cri.log, three containers of one pod) the way
-Fluent Bit's http output sends it (POST /ingest, format json, the kubernetes map with each
-container's own id), one container at a time as kubelet restarts it; a real webhook receiver
-counts the messages: one when the failure opens, one when it becomes a crash loop, none for the
-restart in between."""
+"""End to end: the real service (``vllm-sentinel serve``) fed real captures the way Fluent
+Bit's http output sends them (POST /ingest, format json, the kubernetes map), a real webhook
+receiver counting the messages:
+
+* the restart loop (tests/fixtures/real/restart-loop-kv-cache.<n>.cri.log, three containers of
+  one pod, each with its own container id), one container at a time as kubelet restarts it:
+  one message when the failure opens, one when it becomes a crash loop, none for the restart
+  in between;
+* a saturated server and a 0% prefix-cache hit rate: each warning stored with its own advice
+  and numbers, and no page at all."""
 
 from __future__ import annotations
 
@@ -52,11 +56,11 @@ def svc(tmp_path: Path) -> Iterator[Callable[..., Sentinel]]:
         print(f"----- {s.name} ({s.log_path}) -----\n{s.log_tail(3000)}")
 
 
-def container_records(path: Path, n: int, offset: float) -> list[dict[str, Any]]:
+def container_records(path: Path, n: int, offset: float, pod: str = POD) -> list[dict[str, Any]]:
     """Container ``n`` of the pod as Fluent Bit's http output posts it (json, ``date``):
     the capture's own times moved by ``offset`` (so the loop ends now), its own container
     id."""
-    kube = kubernetes_map(NS, POD)
+    kube = kubernetes_map(NS, pod)
     kube["docker_id"] = f"{n:x}" * 64
     out = []
     for t, fd, text in log_lines(path):
@@ -111,5 +115,42 @@ def test_three_containers_of_one_pod_failing_the_same_way_page_once_for_the_cras
             (stored,) = s.incidents()
             assert stored["status"] == "open" and stored["restarts"] == 2
             assert all(r.header("X-Sentinel-Signature") for r in rx.requests)  # signed
+        finally:
+            db.close()
+
+
+def test_warnings_of_real_servers_are_stored_with_their_own_advice_and_never_page(
+        svc: Callable[..., Sentinel], tmp_path: Path) -> None:
+    import time
+
+    from service.classify.rules import RULES_DIR, load_playbook
+
+    moves = {rule: " ".join(str(e["first_move"]).split())
+             for rule, e in load_playbook(RULES_DIR)["warnings"].items()}
+    url = f"sqlite:///{tmp_path / 'sentinel.db'}"
+    pods = {"chat-busy-0": REAL / "serving-kv-saturated.cri.log",
+            "chat-prefix-0": REAL / "prefix-caching-zero-hit.cri.log",
+            "chat-ok-0": REAL / "healthy-serving-prefix-caching-sigterm.cri.log"}
+    with Receiver() as rx:
+        s = svc(service_config(store_url=url, api_port=free_port(),
+                               receivers=[webhook(rx.url)], notify={"group_wait_s": 0.3}))
+        db = Db(url)
+        try:
+            for n, (pod, path) in enumerate(pods.items()):
+                body = container_records(path, n, time.time() - log_lines(path)[-1][0], pod)
+                r = s.http.post("/ingest", content=json.dumps(body).encode(),
+                                headers={"Content-Type": "application/json"})
+                assert r.status_code == 200, r.text
+            wait_until(db.settled, 20, "every delivery to be sent")
+            found = {(w["pod"], w["rule"]): w for w in s.incidents(severity="warning")}
+            assert set(found) == {
+                ("chat-busy-0", "kv-cache-barely-fits"), ("chat-busy-0", "kv-cache-saturated"),
+                ("chat-busy-0", "waiting-queue-growing"), ("chat-prefix-0", "prefix-cache-hit-zero")}
+            for (_, rule), w in found.items():
+                assert w["remediation"] == moves[rule] and w["detail"], rule
+            assert "100.0%, 100.0%, 100.0%" in found[("chat-busy-0", "kv-cache-saturated")]["detail"]
+            assert s.incidents(severity="critical") == []
+            time.sleep(1.0)
+            assert rx.requests == []  # warnings never page
         finally:
             db.close()
