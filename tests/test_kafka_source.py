@@ -338,8 +338,12 @@ def test_two_consumers_split_the_partitions_and_together_see_everything(
 
         return handler
 
+    joined: list[Any] = []  # the second consumer, once it owns partitions
+
     def producer() -> None:  # keeps producing while the group rebalances
         for start in range(0, total, 200):
+            if start == total // 2:  # the second half waits for b (a loaded machine is slow)
+                wait_for(lambda: joined and joined[0].assigned, timeout=60, what="b assigned")
             produce(
                 kafka_bootstrap,
                 topic,
@@ -352,6 +356,7 @@ def test_two_consumers_split_the_partitions_and_together_see_everything(
     a = start_source(settings, handler_for("a"))
     wait_for(lambda: store.count() >= 200, what="a consuming")
     b = start_source(settings, handler_for("b"))
+    joined.append(b)
     feeder.join()
     wait_for(lambda: store.count() == total, timeout=30, what="every record")
     wait_for(lambda: len(a.assigned) == 2 and len(b.assigned) == 2, what="a 2/2 split")
