@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv run test lint bench train evaluate clean
+.PHONY: venv run test test-fast lint typecheck bench train evaluate clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py
@@ -18,6 +18,15 @@ run: venv
 test: venv
 	$(BIN)/ruff check service tests scripts training_data
 	$(BIN)/python -m pytest
+
+# Unit tests only (no servers, brokers, browsers, wheel or training; see tests/conftest.py),
+# under a minute: for the edit-test loop. `make test` stays the whole suite.
+test-fast: venv
+	$(BIN)/ruff check service tests scripts training_data
+	$(BIN)/python -m pytest -q -m "not slow"
+
+typecheck: venv
+	$(BIN)/mypy service
 
 lint: venv
 	$(BIN)/ruff check service tests scripts training_data

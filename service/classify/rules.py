@@ -122,9 +122,14 @@ class FactRules(BaseModel):
     facts: dict[str, list[FactPattern]]
 
 
-def _load_yaml(path: Path) -> object:
+# libyaml's safe loader when PyYAML has it: the same data as yaml.safe_load, ~10x faster (every
+# RuleBook reads all of rules/)
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load_yaml(path: Path) -> Any:
     with path.open(encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+        return yaml.load(fh, Loader=_SafeLoader)
 
 
 def load_signatures(rules_dir: Path = RULES_DIR) -> list[Signature]:
