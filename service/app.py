@@ -113,10 +113,10 @@ def build(settings: Settings) -> Service:
     classifier = Classifier(rulebook, text_model=model, novelty=NoveltyDetector(),
                             clock=time.time, stall_deadlines=settings.stall.deadlines_s,
                             crash_loop_attempts=settings.restarts.crash_loop_attempts)
-    ctx_kwargs = {"instance_id": settings.instance_id or default_instance_id(
-        settings.store.url, settings.api.host, settings.api.port)}
+    instance_id = settings.instance_id or default_instance_id(
+        settings.store.url, settings.api.host, settings.api.port)
     ctx = ServiceContext(settings=settings, store=store, pipeline=None, rulebook=rulebook,
-                         text_model=model, **ctx_kwargs)
+                         text_model=model, instance_id=instance_id)
     dispatcher = Dispatcher(store, settings.receivers, settings.notify,
                             instance_id=ctx.instance_id, fleet=settings.fleet)
     ctx.pipeline = Pipeline(store, classifier, router=dispatcher.router,
@@ -172,7 +172,7 @@ async def run(svc: Service) -> None:
                                     log_level="info", access_log=False, lifespan="on"))
     if svc.forward is not None:
         await svc.forward.start()
-        log.info("forward protocol on %s:%s", s.sources.forward.host, svc.forward.port)
+        log.info("forward protocol on %s:%s", svc.forward.host, svc.forward.port)
     svc.start_threads()
     svc.ctx.ready = True
     try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Callable
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
@@ -195,11 +196,11 @@ def _port_problems(s: Settings, probe: bool) -> list[str]:
     brokers: list[tuple[str, int]] = []
     if k is not None:
         for entry in str(k.bootstrap).split(","):
-            host, _, port = entry.strip().rpartition(":")
-            if not host or not port.isdigit() or int(port) not in PORTS:
+            host, _, digits = entry.strip().rpartition(":")
+            if not host or not digits.isdigit() or int(digits) not in PORTS:
                 out.append(f"sources.kafka.bootstrap: {entry.strip()!r} is not host:port")
             else:
-                brokers.append((host.strip("[]"), int(port)))
+                brokers.append((host.strip("[]"), int(digits)))
         if not k.topics:
             out.append("sources.kafka.topics: no topic to read")
     if probe and not out:
@@ -254,10 +255,11 @@ def _startup_refusals(s: Settings) -> list[str]:
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the warnings serve prints are not problems
     try:
-        for check, section in ((check_auth_config, s.api),
-                               (check_forward_config, s.sources.forward)):
+        checks: list[Callable[[], None]] = [lambda: check_auth_config(s.api),
+                                            lambda: check_forward_config(s.sources.forward)]
+        for check in checks:
             try:
-                check(section)  # type: ignore[operator]
+                check()
             except InsecureConfigError as exc:
                 out.append(str(exc))
     finally:

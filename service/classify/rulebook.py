@@ -87,8 +87,8 @@ class RuleBook:
                            (RUN_START, sr.run_start), (SHUTDOWN, sr.shutdown)):
             for p in group:
                 add(tag, None, p.pattern)
-        for name, pats in self.fact_rules.facts.items():
-            for fp in pats:
+        for name, facts in self.fact_rules.facts.items():
+            for fp in facts:
                 add(FACT, name, fp.pattern)
         for sig in self.signatures:
             add(SIG, sig, sig.pattern, sig.literals, sig.case_sensitive)

@@ -163,7 +163,7 @@ def load_playbook(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
     unknown = set(data.get("categories", {})) - set(CATEGORY_TIER)
     if unknown:
         raise ValueError(f"playbook.yaml: unknown categories {sorted(unknown)}")
-    return data  # type: ignore[return-value]
+    return data
 
 
 def load_benign(rules_dir: Path = RULES_DIR) -> list[BenignPattern]:

@@ -115,15 +115,15 @@ def load_rule_set(dirs: Iterable[str | Path] = (), disabled: Iterable[str] = (),
                 by_id[sig.id] = sig
                 rs.source[sig.id] = str(path)
     for rid, fields in (overrides or {}).items():
-        sig = by_id.get(rid)
-        if sig is None:
+        base = by_id.get(rid)
+        if base is None:
             problems.append(f"overrides: no rule with id {rid!r}")
             continue
         if not isinstance(fields, Mapping) or "id" in fields:
             problems.append(f"overrides.{rid}: expected a mapping of fields (the id stays)")
             continue
         try:
-            by_id[rid] = Signature.model_validate({**sig.model_dump(), **fields})
+            by_id[rid] = Signature.model_validate({**base.model_dump(), **fields})
         except ValidationError as exc:
             for err in exc.errors():
                 loc = ".".join(str(p) for p in err["loc"])

@@ -33,10 +33,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..taxonomy import CATEGORY_TIER
 from .masking import mask, mask_lines
+
+if TYPE_CHECKING:  # at run time numpy is imported where it is used
+    import numpy as np
+    from numpy.typing import NDArray
 
 __all__ = [
     "ArtifactError",
@@ -193,12 +197,23 @@ class LinearTextScorer:
     ColumnTransformer plumbing, one calibrator call per class); this costs a fraction."""
 
     _WS = re.compile(r"\s\s+")
+    # set by from_pipeline / from_arrays (numpy arrays: coef, intercept, a, b, order, coef_t)
+    kind: str
+    classes: list[str]
+    n_classes: int
+    n_features: int
+    coef: NDArray[np.float64]
+    intercept: NDArray[np.float64]
+    a: NDArray[np.float64]
+    b: NDArray[np.float64]
+    order: NDArray[np.int64]
+    coef_t: NDArray[np.float64]
 
     def __init__(self) -> None:
         import numpy as np
 
         self._np = np
-        self.blocks: list[dict] = []
+        self.blocks: list[dict[str, Any]] = []
 
     @classmethod
     def from_pipeline(cls, pipeline: Any) -> LinearTextScorer:

@@ -136,8 +136,8 @@ def read_file(
 
 def _maybe_gzip(fh: BinaryIO) -> BinaryIO:
     if not hasattr(fh, "peek"):
-        fh = io.BufferedReader(fh)  # type: ignore[arg-type]
-    if fh.peek(2)[:2] == _GZIP_MAGIC:  # type: ignore[attr-defined]
+        fh = io.BufferedReader(fh)  # type: ignore[type-var]  # a raw binary stream
+    if fh.peek(2)[:2] == _GZIP_MAGIC:
         return gzip.GzipFile(fileobj=fh)  # type: ignore[return-value]
     return fh
 

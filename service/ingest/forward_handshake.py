@@ -64,7 +64,7 @@ class Handshake:
         if self.users:
             username, password_digest = to_bytes(ping[4]), to_bytes(ping[5])
             password = self.users.get(username.decode("utf-8", "replace")) if username else None
-            if password is None or password_digest is None:
+            if password is None or password_digest is None or username is None:
                 return False, "username/password mismatch", b""
             expected = hexdigest(self.auth_salt, username, password.encode()).encode()
             if not hmac.compare_digest(expected, password_digest):

@@ -58,7 +58,7 @@ TAG_HEADER = "X-Fluent-Tag"
 MAX_TAG = 512
 MAX_DECOMPRESSED_BYTES = 64 * MiB  # one body, once inflated
 MAX_RECORDS = 100_000  # records one body may expand to (a Fluent Bit chunk holds far fewer)
-_SCAN_JSON = json.JSONDecoder().scan_once
+_SCAN_JSON = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set by __init__
 _WHITESPACE = " \t\r\n"
 _SKIP_WS = re.compile(r"[ \t\r\n]*").match  # one character class: linear time
 
@@ -309,7 +309,7 @@ def _msgpack(
 
 def _skip_ws(text: str, i: int, n: int) -> int:
     if i < n and text[i] in _WHITESPACE:
-        return _SKIP_WS(text, i).end()
+        return _SKIP_WS(text, i).end()  # type: ignore[union-attr]  # [...]* always matches
     return i
 
 

@@ -73,7 +73,7 @@ def kube_records(obj: Mapping[str, Any], *, time: Any = None,
         return _pod(obj, time, position, meta)
     if depth > 2:
         return []
-    items = obj.get("items") if type(obj.get("items")) is list else [obj.get("object")]
+    items: list[Any] = obj["items"] if type(obj.get("items")) is list else [obj.get("object")]
     out: list[LogRecord] = []
     for item in items:
         if type(item) is dict and is_kube_object(item):
@@ -105,6 +105,10 @@ def _s(value: Any) -> str:
     return value if type(value) is str else ""
 
 
+def _d(value: Any) -> dict[str, Any]:
+    return value if type(value) is dict else {}
+
+
 def _event(ev: Mapping[str, Any], time: Any, position: str | None,
            meta: Mapping[str, Any] | None) -> list[LogRecord]:
     ref = ev.get("involvedObject") or ev.get("regarding")
@@ -122,7 +126,7 @@ def _event(ev: Mapping[str, Any], time: Any, position: str | None,
     container = m.group(1) if m else None
     message = _s(ev.get("message")) or _s(ev.get("note"))
     message = " ".join(message.split())[:MAX_MESSAGE]
-    series = ev.get("series") if type(ev.get("series")) is dict else {}
+    series = _d(ev.get("series"))
     count = ev.get("count") or series.get("count") or ev.get("deprecatedCount") or 1
     count = count if type(count) is int else 1
     source = ev.get("source") or ev.get("deprecatedSource") or {}
@@ -146,9 +150,9 @@ def _event(ev: Mapping[str, Any], time: Any, position: str | None,
 
 def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
          meta: Mapping[str, Any] | None) -> list[LogRecord]:
-    md = pod.get("metadata") if type(pod.get("metadata")) is dict else {}
-    status = pod.get("status") if type(pod.get("status")) is dict else {}
-    spec = pod.get("spec") if type(pod.get("spec")) is dict else {}
+    md = _d(pod.get("metadata"))
+    status = _d(pod.get("status"))
+    spec = _d(pod.get("spec"))
     ns, name = _s(md.get("namespace")), _s(md.get("name"))
     if not ns or not name:
         return []
@@ -165,7 +169,7 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
         where = f"pod {ns}/{name} container {cname}" + (f" on {node}" if node else "")
         seen: set[str] = set()
         for which in ("state", "lastState"):  # terminations first: they explain a back-off
-            st = cs.get(which) if type(cs.get(which)) is dict else {}
+            st = _d(cs.get(which))
             term = st.get("terminated")
             if type(term) is not dict:
                 continue
@@ -192,7 +196,7 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
             t = to_epoch(term.get("finishedAt")) or to_epoch(time)
             kube = {"kind": "status", "reason": reason, "id": tid}
             out.append(_record(ns, name, cname, text, t, _pos(position, out), meta, kube, node))
-        state = cs.get("state") if type(cs.get("state")) is dict else {}
+        state = _d(cs.get("state"))
         waiting = state.get("waiting")
         if type(waiting) is dict and _s(waiting.get("reason")) in _WAITING_FAILURES:
             reason = _s(waiting.get("reason"))

@@ -31,7 +31,7 @@ def new_unpacker(max_bytes: int) -> msgpack.Unpacker:
     )
 
 
-def unpack_all(data: bytes) -> Iterator[Any]:
+def unpack_all(data: bytes | bytearray) -> Iterator[Any]:
     """Every object of a concatenated msgpack stream; raises on malformed or truncated data
     (``ValueError`` for a truncated tail)."""
     unpacker = new_unpacker(max(len(data), 1))

@@ -39,7 +39,7 @@ def ext_hook(code: int, data: bytes) -> Any:
 
 _SECONDS: dict[str, int | None] = {}
 _SECONDS_MAX = 65536
-_MISSING = object()
+_MISSING: Any = object()  # the sentinel of _SECONDS.get (Any: base stays int | None)
 _POW10 = tuple(10**i for i in range(20))
 
 

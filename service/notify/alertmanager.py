@@ -71,7 +71,7 @@ def labels(alert: Alert, cfg: ReceiverSettings) -> dict[str, str]:
     return {k: cut(str(v), LABEL_MAX) for k, v in out.items() if v not in (None, "")}
 
 
-def annotations(alert: Alert) -> dict[str, str]:
+def alert_annotations(alert: Alert) -> dict[str, str]:
     s = alert.view()
     meta = s["meta"] or {}
     where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
@@ -97,7 +97,7 @@ def alert_json(alert: Alert, cfg: ReceiverSettings, now: float) -> dict[str, Any
         ends = max(starts, min(ends, now))
     else:
         ends = now + TTL_INTERVALS * cfg.resend_interval_s
-    return {"labels": labels(alert, cfg), "annotations": annotations(alert),
+    return {"labels": labels(alert, cfg), "annotations": alert_annotations(alert),
             "startsAt": rfc3339(starts), "endsAt": rfc3339(ends), "generatorURL": alert.url}
 
 

@@ -225,11 +225,10 @@ class Dispatcher:
                 break
         return total
 
-    def _fleet_prone(self, incident: dict[str, object]) -> bool:
+    def _fleet_prone(self, incident: dict[str, Any]) -> bool:
         primary = incident.get("primary") or {}
         return (self.fleet is not None and incident.get("severity", "critical") == "critical"
-                and primary.get("category") in FLEET_PRONE  # type: ignore[union-attr]
-                and not is_fleet(incident))  # type: ignore[arg-type]
+                and primary.get("category") in FLEET_PRONE and not is_fleet(incident))
 
     def _hold(self, incident: dict[str, object]) -> float:
         """Seconds a fleet-prone incident's first message waits for its fleet to show."""

@@ -43,7 +43,7 @@ def message(alert: Alert) -> dict[str, Any]:
                  f"{fleet.get('value')}" + (f" in {meta['namespace']}"
                                             if meta.get("namespace") else ""))
 
-    blocks: list[dict[str, Any]] = [
+    blocks: list[dict[str, Any] | None] = [  # None: an empty section, dropped below
         {"type": "header", "text": {"type": "plain_text", "text": cut(title, HEADER_MAX),
                                     "emoji": True}},
         _fields([("Fleet" if fleet else "Pod", where), ("Node", meta.get("node")),
@@ -75,10 +75,10 @@ def message(alert: Alert) -> dict[str, Any]:
     blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": cut(
         f"<{alert.url}|Open incident {alert.id}> · rule `{_esc(s['rule'] or s['method'])}`"
         f" · stream `{_esc(s['stream'])}`", SECTION_MAX)}})
-    blocks = [b for b in blocks if b][:MAX_BLOCKS]
+    shown = [b for b in blocks if b][:MAX_BLOCKS]
     text = cut(f"[{label}] {s['tier']}/{s['category']} at {s['stage']} on {where}: "
                f"{s['line']}", TEXT_MAX)
-    return {"text": text, "blocks": blocks}
+    return {"text": text, "blocks": shown}
 
 
 def _esc(text: Any) -> str:

@@ -14,7 +14,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from service import metrics
-from service.store import annotations, deliveries, fleets, observe, queries, retention, writes
+from service.store import annotations as notes
+from service.store import deliveries, fleets, observe, queries, retention, writes
 from service.store.deliveries import Claim, Hold, Route
 from service.store.effects import BatchEffects
 from service.store.engine import is_memory_sqlite, is_postgres, make_engine
@@ -251,26 +252,26 @@ class Store:
         """ValueError for unknown matcher fields, empty matchers or an empty window."""
         now = self.clock()
         with self._write() as conn:
-            return annotations.create_silence(conn, matchers, now if starts_at is None
-                                              else starts_at, ends_at, created_by, comment, now)
+            return notes.create_silence(conn, matchers, now if starts_at is None
+                                        else starts_at, ends_at, created_by, comment, now)
 
     def list_silences(self, active_only: bool = False) -> list[dict[str, Any]]:
         with self._read() as conn:
-            return annotations.list_silences(conn, self.clock(), active_only)
+            return notes.list_silences(conn, self.clock(), active_only)
 
     def delete_silence(self, id: str) -> bool:  # noqa: A002
         with self._write() as conn:
-            return annotations.delete_silence(conn, id)
+            return notes.delete_silence(conn, id)
 
     def add_feedback(self, incident_id: str, correct: bool, category: str | None,
                      comment: str | None) -> dict[str, Any] | None:
         with self._write() as conn:
-            return annotations.add_feedback(conn, incident_id, correct, category, comment,
-                                            self.clock())
+            return notes.add_feedback(conn, incident_id, correct, category, comment,
+                                      self.clock())
 
     def list_feedback(self) -> list[dict[str, Any]]:
         with self._read() as conn:
-            return annotations.list_feedback(conn)
+            return notes.list_feedback(conn)
 
     def list_quarantine(self, limit: int = 100) -> list[dict[str, Any]]:
         with self._read() as conn:

@@ -109,10 +109,10 @@ def list_streams(store: Any, limit: int = MAX_STREAMS) -> list[dict[str, Any]]:
             select(t.id, t.stream, t.severity, t.category, t.body)
             .where(t.status == "open", t.stream.in_(keys))).all() if keys else []
     open_by: dict[str, list[dict[str, Any]]] = {}
-    for r in open_rows:
-        extra = (r.body or {}).get("extra") or {}
-        open_by.setdefault(r.stream, []).append(
-            {"id": r.id, "severity": r.severity, "category": r.category,
+    for o in open_rows:
+        extra = (o.body or {}).get("extra") or {}
+        open_by.setdefault(o.stream, []).append(
+            {"id": o.id, "severity": o.severity, "category": o.category,
              "stall": bool(extra.get("stall"))})
     out = []
     for r in rows:

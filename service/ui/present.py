@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from service.taxonomy import STAGE_INDEX, STAGES
 
@@ -37,7 +37,7 @@ DURATIONS = (("1h", "1 hour"), ("2h", "2 hours"), ("4h", "4 hours"), ("8h", "8 h
              ("1d", "1 day"), ("3d", "3 days"), ("1w", "1 week"))
 
 
-def is_epoch(v: Any) -> bool:
+def is_epoch(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and v >= EPOCH_MIN
 
 

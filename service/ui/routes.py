@@ -403,7 +403,7 @@ async def create_silence(request: Request) -> Response:
     try:
         await anyio.to_thread.run_sync(lambda: store.create_silence(
             body.matchers, float(body.ends_at), created_by=body.created_by,  # type: ignore[arg-type]
-            comment=body.comment, starts_at=body.starts_at))  # type: ignore[arg-type]
+            comment=body.comment, starts_at=body.starts_at))
     except ValueError as exc:
         return redirect(request, "/ui/silences", error=str(exc)[:300], **back)
     return redirect(request, "/ui/silences", done="silenced")

@@ -22,7 +22,7 @@ def create_silence(body: SilenceRequest, store: StoreDep) -> dict:
     try:
         return store.create_silence(body.matchers, float(body.ends_at),  # type: ignore[arg-type]
                                     created_by=body.created_by, comment=body.comment,
-                                    starts_at=body.starts_at)  # type: ignore[arg-type]
+                                    starts_at=body.starts_at)
     except ValueError as exc:  # the store's own checks (matchers, window)
         raise HTTPException(status_code=422, detail=str(exc)) from None
 
