@@ -211,15 +211,23 @@ REAL = Path(__file__).parent / "fixtures" / "real"
 )
 def test_real_vllm_cri_captures_decode_to_the_plain_log(cri_path):
     base = cri_path.name.removesuffix(".cri.log")
+    attempt = None
+    if (stem_n := base.rsplit(".", 1))[-1].isdigit() and len(stem_n) == 2:
+        base, attempt = stem_n[0], int(stem_n[1])  # <name>.<n>.cri.log: attempt n+1 of a loop
     meta = json.loads((REAL / f"{base}.meta.json").read_text())
     plain = (REAL / f"{base}.log").read_bytes().decode("utf-8", "replace").split("\n")
     if plain[-1] == "":
         plain.pop()
+    if attempt is not None:  # the plain log holds every attempt, appended
+        before = sum(a["lines"] for a in meta["attempts"][:attempt])
+        meta = meta["attempts"][attempt]
+        plain = plain[before:before + meta["lines"]]
     records = list(read_file(str(cri_path)))
     assert [r.text for r in records] == plain  # \r, ANSI and tqdm bars untouched
     assert len(records) == meta["lines"]
-    assert sum(r.meta["fd"] == "stdout" for r in records) == meta["stdout_lines"]
-    assert sum(r.meta["fd"] == "stderr" for r in records) == meta["stderr_lines"]
+    if attempt is None:
+        assert sum(r.meta["fd"] == "stdout" for r in records) == meta["stdout_lines"]
+        assert sum(r.meta["fd"] == "stderr" for r in records) == meta["stderr_lines"]
     times = [r.time for r in records]
     assert times == sorted(times)
     start = parse_rfc3339(meta["started"])
