@@ -58,7 +58,13 @@ def restart_unit(stream: str, meta: dict[str, Any]) -> str | None:
     (``namespace/workload/container@node``, as fleets count members), so a pod that replaces
     another (a rollout, a Job retry, a deleted pod) continues its failure, and replicas on
     other nodes stay apart. None without Kubernetes metadata (only the stream's own runs)."""
-    if not meta.get("pod"):
+    pod = meta.get("pod")
+    if not pod:
+        return None
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    if _ORDINAL.match(str(pod)[:253]) and "pod-template-hash" not in labels:
+        # StatefulSet / LeaderWorkerSet pods keep their name when replaced (the same stream,
+        # a new container): another ordinal is another replica, never a replacement
         return None
     return f"{workload_key(stream, meta)}@{meta.get('node') or ''}"
 
