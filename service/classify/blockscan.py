@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -39,8 +40,8 @@ from service.parse.line import EMPTY, parse_line
 from service.records import LogRecord
 
 BLOCK = 4 << 20  # bytes read at a time
-WINDOW = 64 << 10
-_ENVELOPE_START = frozenset("{0123456789")  # a line auto-detection may read as JSON or CRI  # characters a starting stream's scan looks at per call
+WINDOW = 64 << 10  # characters a starting stream's scan looks at per call
+_ENVELOPE_START = frozenset("{0123456789")  # a line auto-detection may read as JSON or CRI
 # Words that make a line of a starting stream worth parsing although no rule literal is in
 # it: levels, traceback tokens and the failure vocabulary that sends a line to the model.
 # (and "pid=": a process prefix with a new pid starts a new run)
@@ -74,15 +75,15 @@ class BlockHits:
 
     def __init__(self, scanner: BlockScanner, low: str) -> None:
         self._scanner, self._low = scanner, low
-        self._ends: dict[bool, list[int]] = {}
+        self._serving_ends: list[int] | None = None
 
     def next(self, start: int, serving: bool) -> int | None:
         """Index of the end of the first literal found at or after ``start``."""
         if not serving:  # rare (start-up): scan a window at a time from ``start``
             return self._windowed(start)
-        ends = self._ends.get(serving)
+        ends = self._serving_ends
         if ends is None:
-            ends = self._ends[serving] = [end for end, _ in self._scanner.serving.iter(self._low)]
+            ends = self._serving_ends = [end for end, _ in self._scanner.serving.iter(self._low)]
         i = bisect.bisect_left(ends, start)
         return ends[i] if i < len(ends) else None
 
@@ -125,17 +126,19 @@ def sniff(path: str) -> Format | None:
 
 def classify_file(path: str, clf: Classifier, fmt: Format,
                   on_block: Callable[[int], None] | None = None, *,
-                  decode_as: Format | str = Format.AUTO) -> tuple[str, dict[str, Incident]]:
+                  decode_as: Format | str = Format.AUTO,
+                  year: int | None = None) -> tuple[str, dict[str, Incident]]:
     """Feed ``path`` (RAW or CRI, see :func:`sniff`) to ``clf`` by blocks; returns the stream
     key and the incidents its changes touched. ``on_block(bytes)`` reports progress; the
     selected lines are decoded as ``decode_as`` (the caller's format: auto-detected per line
-    like the per-line path, so a JSON line later in a text file is still a JSON record)."""
+    like the per-line path, so a JSON line later in a text file is still a JSON record);
+    ``year`` completes the times lines print without one (default: this year)."""
     meta = path_meta(path)
     key = stream_key(dict(meta), path) if meta else path
     seen: dict[str, Incident] = {}
     scanner = BlockScanner(clf)
-    st = clf.state(key, meta)
-    year = _year()
+    clf.state(key, meta)
+    year = time.gmtime().tm_year if year is None else year
     lines_in = 0
     last = ""
 
@@ -154,7 +157,7 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
             t = line_time(line, year) if cur.status == STARTING else None
             _collect(seen, clf.feed_text(cur, line, t))
             return
-        for rec in decode_line(line, path, decode_as, None, meta, "file"):
+        for rec in decode(line):
             cur = clf.streams.get(rec.stream)
             if rec.time is None and (cur is None or cur.status == STARTING):
                 rec.time = line_time(rec.text, year)
@@ -167,10 +170,9 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
                 if line is not None:
                     feed(line)
             continue
-        st = clf.state(key)
         if not scanner.usable or (fmt is Format.CRI and (" stdout P " in text
                                                         or " stderr P " in text)):
-            for line in text.split("\n"):
+            for line in text.split("\n")[:-1]:
                 feed(line)
             continue
         hits = scanner.hits(text.lower())
@@ -291,12 +293,6 @@ def _time_of(line: str, fmt: Format, year: int) -> float | None:
     return line_time(line, year)
 
 
-def _year() -> int:
-    import time
-
-    return time.gmtime().tm_year
-
-
 def eligible(path: str, fmt: Format | str) -> Format | None:
     """The format to scan ``path`` by blocks with, or None (use the per-line path)."""
     if path == "-" or not os.path.isfile(path):
@@ -307,6 +303,3 @@ def eligible(path: str, fmt: Format | str) -> Format | None:
     if fmt in (Format.AUTO, "auto") or fmt == found:
         return found
     return None
-
-
-__all__ = ["BlockScanner", "classify_file", "eligible", "sniff", "LogRecord"]

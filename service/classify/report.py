@@ -40,30 +40,23 @@ def classify_paths(paths: Iterable[str], classifier: Classifier, *, fmt: Format 
     from service.classify import blockscan
     from service.ingest.files import read_files
 
-    seen: dict[str, dict[str, Incident]] = {}
-    order: list[str] = []
+    seen: dict[str, dict[str, Incident]] = {}  # in order of first appearance
     for path in paths:
         scan_fmt = blockscan.eligible(path, fmt)
         if scan_fmt is not None:
-            key, incs = blockscan.classify_file(path, classifier, scan_fmt, on_block,
-                                                decode_as=fmt)
-            if key not in seen:
-                seen[key] = {}
-                order.append(key)
-            seen[key].update(incs)
-            continue
-        for rep_key, incs in _by_stream(read_files([path], fmt=fmt), classifier, now):
-            if rep_key not in seen:
-                seen[rep_key] = {}
-                order.append(rep_key)
-            seen[rep_key].update(incs)
-    return finish(classifier, order, seen, now)
+            pairs = [blockscan.classify_file(path, classifier, scan_fmt, on_block,
+                                             decode_as=fmt, year=_year(now))]
+        else:
+            pairs = _by_stream(read_files([path], fmt=fmt), classifier, now)
+        for key, incs in pairs:
+            seen.setdefault(key, {}).update(incs)
+    return finish(classifier, list(seen), seen, now)
 
 
 def _by_stream(records: Iterable[LogRecord], clf: Classifier, now: float | None
                ) -> list[tuple[str, dict[str, Incident]]]:
     seen: dict[str, dict[str, Incident]] = {}
-    year = time.gmtime(now if now is not None else time.time()).tm_year
+    year = _year(now)
     last: dict[str, str] = {}
     for rec in records:
         if rec.time is None:
@@ -81,6 +74,11 @@ def _by_stream(records: Iterable[LogRecord], clf: Classifier, now: float | None
         if t is not None and (st.last_time is None or t > st.last_time):
             st.last_time = t
     return list(seen.items())
+
+
+def _year(now: float | None) -> int:
+    """The year that completes line times printed without one (``now``'s, else this one)."""
+    return time.gmtime(now if now is not None else time.time()).tm_year
 
 
 def finish(clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident]],
