@@ -154,3 +154,66 @@ def test_warnings_of_real_servers_are_stored_with_their_own_advice_and_never_pag
             assert rx.requests == []  # warnings never page
         finally:
             db.close()
+
+
+def test_two_replicas_failing_alike_30_s_apart_are_two_incidents_and_two_pages(
+        svc: Callable[..., Sentinel], tmp_path: Path) -> None:
+    """Two replicas of one Deployment (one ReplicaSet hash) on one node, the second failing
+    the same way 30 s after the first: two incidents, each paged, neither a restart of the
+    other. A third pod created by the ReplicaSet after the second was deleted (what
+    Kubernetes says, posted as Fluent Bit's kubernetes_events input sends it) is its
+    replacement: it continues the second's incident, stored without a page. Record times
+    come from the captures (moved to end now), so the outcome never depends on the clock."""
+    import time
+
+    url = f"sqlite:///{tmp_path / 'sentinel.db'}"
+    pods = ["kimi-7d9f8b6c4-aaaaa", "kimi-7d9f8b6c4-bbbbb", "kimi-7d9f8b6c4-ccccc"]
+    with Receiver() as rx:
+        s = svc(service_config(store_url=url, api_port=free_port(),
+                               receivers=[webhook(rx.url)], notify={"group_wait_s": 0.3}))
+        db = Db(url)
+        try:
+            first, last = log_lines(LOOP[0])[0][0], log_lines(LOOP[0])[-1][0]
+            assert first is not None and last is not None
+            base = time.time() - 3 * (last - first) - 120
+
+            def post(body: list[dict[str, Any]]) -> None:
+                r = s.http.post("/ingest", content=json.dumps(body).encode(),
+                                headers={"Content-Type": "application/json"})
+                assert r.status_code == 200, r.text
+
+            # replica b starts 30 s after replica a's last line
+            starts = [base, base + (last - first) + 30]
+            for n, pod in enumerate(pods[:2]):
+                post(container_records(LOOP[0], n, starts[n] - first, pod=pod))
+            wait_until(db.settled, 20, "every delivery to be sent")
+            opened = [m for m in webhooks(rx) if m["event"] == "opened"]
+            assert sorted(m["incident"]["meta"]["pod"] for m in opened) == pods[:2]
+            incs = s.incidents()
+            assert len(incs) == 2 and all(i["restarts"] == 0 for i in incs)
+            assert all("after_restart_of" not in i["extra"] for i in incs)
+
+            gone = starts[1] + (last - first) + 5
+            stamp = iso_ns(gone)
+            post([{"date": gone, **rs_event("SuccessfulDelete", f"Deleted pod: {pods[1]}",
+                                            stamp)},
+                  {"date": gone, **rs_event("SuccessfulCreate", f"Created pod: {pods[2]}",
+                                            stamp)}])
+            post(container_records(LOOP[0], 2, gone + 20 - first, pod=pods[2]))
+            wait_until(db.settled, 20, "every delivery to be sent")
+            assert len([m for m in webhooks(rx) if m["event"] == "opened"]) == 2
+            by_pod = {i["meta"]["pod"]: i for i in s.incidents()}
+            assert set(by_pod) == {pods[0], pods[2]}  # b's incident followed it to c
+            assert by_pod[pods[2]]["restarts"] == 1 and by_pod[pods[0]]["restarts"] == 0
+        finally:
+            db.close()
+
+
+def rs_event(reason: str, message: str, at: str) -> dict[str, Any]:
+    """A ReplicaSet controller's event, as Fluent Bit's kubernetes_events input ships it."""
+    return {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": reason,
+            "message": message, "count": 1, "lastTimestamp": at,
+            "involvedObject": {"kind": "ReplicaSet", "namespace": NS,
+                               "name": "kimi-7d9f8b6c4"},
+            "metadata": {"uid": f"{reason}-{message}", "namespace": NS},
+            "source": {"component": "replicaset-controller"}}

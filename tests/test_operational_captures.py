@@ -116,12 +116,42 @@ def test_three_container_logs_of_one_pod_are_one_incident_and_a_crash_loop(
     assert [i["restarts"] for i in again["incidents"]] == [2]
 
 
+def rs_event(reason: str, message: str, at: str, rs_hash: str = "7d9f8b6c4") -> dict:
+    return {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": reason,
+            "message": message, "count": 1, "lastTimestamp": at,
+            "involvedObject": {"kind": "ReplicaSet", "namespace": "llm",
+                               "name": f"vllm-{rs_hash}"},
+            "metadata": {"uid": f"{reason}-{message}"},
+            "source": {"component": "replicaset-controller"}}
+
+
+def test_three_replicas_without_evidence_of_replacement_are_three_incidents(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same three logs as three replicas of one Deployment on one node with nothing
+    saying one replaced another: each failure is its own, whatever the timing."""
+    pods = ["vllm-7d9f8b6c4-x2x4z", "vllm-7d9f8b6c4-k9k8j", "vllm-7d9f8b6c4-q7q7q"]
+    code, reports = cli(capsys, *kubelet_logs(tmp_path, pods))
+    assert code == 1
+    incs = [i for r in reports for i in r["incidents"]]
+    assert len({i["id"] for i in incs}) == 3
+    assert all(i["restarts"] == 0 and "after_restart_of" not in i["extra"] for i in incs)
+
+
 def test_three_pods_replacing_each_other_are_one_workload_incident(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A Deployment's pod deleted and replaced twice (the ReplicaSet hash stays), or rolled
     out to a new hash: the workload's failure continues in the pod that replaced it."""
     pods = ["vllm-7d9f8b6c4-x2x4z", "vllm-7d9f8b6c4-k9k8j", "vllm-5c4b3a2d1-q7q7q"]
-    code, reports = cli(capsys, *kubelet_logs(tmp_path, pods))
+    # what the ReplicaSets said (`kubectl get events -o json`): each failed pod deleted
+    # between the attempts, its successor created; without it they are replicas, not one loop
+    events = tmp_path / "events.json"
+    events.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        rs_event("SuccessfulDelete", f"Deleted pod: {pods[0]}", "2026-12-03T12:25:30Z"),
+        rs_event("SuccessfulCreate", f"Created pod: {pods[1]}", "2026-12-03T12:25:30Z"),
+        rs_event("SuccessfulDelete", f"Deleted pod: {pods[1]}", "2026-12-03T12:27:10Z"),
+        rs_event("SuccessfulCreate", f"Created pod: {pods[2]}", "2026-12-03T12:27:10Z", "5c4b3a2d1"),
+    ]}))
+    code, reports = cli(capsys, events, *kubelet_logs(tmp_path, pods))
     assert code == 1
     assert [r["stream"] for r in reports] == [f"llm/{p}/vllm" for p in pods]
     ids = {i["id"] for r in reports for i in r["incidents"]}

@@ -9,12 +9,19 @@ tests/test_operational_captures.py."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from service.classify.engine import Change, Classifier
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.classify.stream_state import StreamState
 from service.ingest.files import read_files
+from service.ingest.kube import kube_records
 from service.records import LogRecord
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
@@ -48,6 +55,29 @@ def attempt(clf: Classifier, log: list[tuple[float | None, str]], stream: str, m
         out += clf.feed(LogRecord(stream, text, time=None if t is None else t + shift,
                                   meta=dict(meta)))
     return out
+
+
+def ended(clf: Classifier, pod: str, at: float, reason: str = "Killing",
+          message: str = "Stopping container vllm", etype: str = "Normal") -> list[Change]:
+    """Kubernetes says ``pod`` is going away (the kubelet's ``Killing`` event when a pod is
+    deleted, by default), as ``kubectl get events -o json`` prints it."""
+    stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    event = {"apiVersion": "v1", "kind": "Event", "type": etype, "reason": reason,
+             "message": message, "count": 1, "lastTimestamp": stamp,
+             "involvedObject": {"kind": "Pod", "namespace": "llm", "name": pod,
+                                "fieldPath": "spec.containers{vllm}"},
+             "metadata": {"uid": f"{pod}-{reason}-{at}"},
+             "source": {"component": "kubelet", "host": NODE}}
+    out: list[Change] = []
+    for rec in kube_records(event):
+        out += clf.feed(rec)
+    return out
+
+
+def end_of(log: list[tuple[float | None, str]], start: float) -> float:
+    """The time of the last line of ``attempt(clf, log, ..., start)``."""
+    times = [t for t, _ in log if t is not None]
+    return T0 + start + max(times) - min(times)
 
 
 def notified(changes: list[Change]) -> list[tuple[str, str]]:
@@ -145,6 +175,7 @@ def test_a_replacement_pod_on_the_same_node_continues_the_incident() -> None:
     for n, pod in enumerate(pods):
         changes.append(attempt(clf, KV, f"llm/{pod}/vllm", pod_meta(pod, f"{n}" * 64),
                                n * span(KV)))
+        ended(clf, pod, end_of(KV, n * span(KV)) + 5)  # deleted: the ReplicaSet replaces it
     (opened,) = [i for k, i in notified(changes[0]) if k == "opened"]
     assert notified(changes[1]) == []
     assert notified(changes[2]) == [("updated", opened)]
@@ -202,7 +233,144 @@ def test_a_replacement_pod_that_starts_resolves_its_predecessors_failure() -> No
     old, new = "vllm-7d9f8b6c4-x2x4z", "vllm-5c4b3a2d1-q7q7q"
     attempt(clf, KV, f"llm/{old}/vllm", pod_meta(old, "1" * 64), 0.0)
     (inc,) = clf.state(f"llm/{old}/vllm").incidents
+    ended(clf, old, end_of(KV, 0.0) + 5)
     fixed = attempt(clf, HEALTHY, f"llm/{new}/vllm", pod_meta(new, "2" * 64), span(KV))
     assert [(c.kind, c.incident.id) for c in fixed if c.kind == "resolved"] == [
         ("resolved", inc.id)]
     assert new in inc.resolution
+
+
+# ---- replicas are never each other's restarts; a replacement needs Kubernetes' word ---------
+REPLICAS = ("vllm-7d9f8b6c4-aaaaa", "vllm-7d9f8b6c4-bbbbb")
+
+
+def two_replicas(gap: float, between: Callable[[Classifier], object] | None = None
+                 ) -> tuple[Classifier, list[Change], list[Change]]:
+    """Replica A of one Deployment fails; replica B (same ReplicaSet, same node) starts
+    ``gap`` seconds after A's last line (negative: while A still ran) and fails the same
+    way. ``between`` feeds what Kubernetes said in between."""
+    clf = Classifier(RB)
+    a, b = REPLICAS
+    first = attempt(clf, KV, f"llm/{a}/vllm", pod_meta(a, "a" * 64), 0.0)
+    if between is not None:
+        between(clf)
+    start = end_of(KV, 0.0) - T0 + gap
+    second = attempt(clf, KV, f"llm/{b}/vllm", pod_meta(b, "b" * 64), start)
+    return clf, first, second
+
+
+@pytest.mark.parametrize("gap", [-20.0, 0.0, 0.5, 30.0, 600.0, 86_400.0])
+def test_two_replicas_on_one_node_failing_alike_are_two_incidents_whatever_their_timing(
+        gap: float) -> None:
+    clf, first, second = two_replicas(gap)
+    a, b = (clf.state(f"llm/{p}/vllm").incidents for p in REPLICAS)
+    assert len(a) == 1 and len(b) == 1 and a[0].id != b[0].id
+    assert [k for k, _ in notified(first)][0] == "opened"
+    assert [k for k, _ in notified(second)][0] == "opened"  # its own page
+    for inc in (a[0], b[0]):
+        assert inc.restarts == 0 and "attempts" not in inc.extra
+        assert "after_restart_of" not in inc.extra and not inc.extra.get("crash_loop")
+
+
+def test_a_replica_that_starts_healthy_never_resolves_another_replicas_failure() -> None:
+    clf = Classifier(RB)
+    a, b = REPLICAS
+    attempt(clf, KV, f"llm/{a}/vllm", pod_meta(a, "a" * 64), 0.0)
+    healthy = attempt(clf, HEALTHY, f"llm/{b}/vllm", pod_meta(b, "b" * 64), span(KV))
+    assert [c for c in healthy if c.kind == "resolved"] == []
+    (inc,) = clf.state(f"llm/{a}/vllm").incidents
+    assert inc.status == "open"
+
+
+def test_a_different_failure_in_another_replica_is_not_linked_as_after_a_restart() -> None:
+    clf = Classifier(RB)
+    a, b = REPLICAS
+    attempt(clf, KV, f"llm/{a}/vllm", pod_meta(a, "a" * 64), 0.0)
+    attempt(clf, DTYPE, f"llm/{b}/vllm", pod_meta(b, "b" * 64), span(KV))
+    (other,) = clf.state(f"llm/{b}/vllm").incidents
+    assert other.category != "oom_kv_cache" and "after_restart_of" not in other.extra
+
+
+def controller_event(reason: str, message: str, at: float) -> dict:
+    stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": reason,
+            "message": message, "lastTimestamp": stamp, "count": 1,
+            "involvedObject": {"kind": "ReplicaSet", "namespace": "llm",
+                               "name": "vllm-7d9f8b6c4"},
+            "metadata": {"uid": f"rs-{reason}-{at}"},
+            "source": {"component": "replicaset-controller"}}
+
+
+def pod_object(pod: str, at: float, phase: str = "Running", deleted: bool = False) -> dict:
+    stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    term = {"exitCode": 1, "reason": "Error", "finishedAt": stamp, "containerID": "c://1"}
+    md = {"namespace": "llm", "name": pod, "uid": f"uid-{pod}"}
+    if deleted:
+        md["deletionTimestamp"] = stamp
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": {"nodeName": NODE},
+            "status": {"phase": phase, "containerStatuses": [
+                {"name": "vllm", "restartCount": 0, "state": {"terminated": term}}]}}
+
+
+def feed_objects(clf: Classifier, *objects: dict) -> None:
+    for obj in objects:
+        for rec in kube_records(obj):
+            clf.feed(rec)
+
+
+AFTER_A = end_of(KV, 0.0) + 5.0  # A failed; B starts 30 s after A's last line
+EVIDENCE = {
+    "killing": lambda c: ended(c, REPLICAS[0], AFTER_A),
+    "evicted": lambda c: ended(c, REPLICAS[0], AFTER_A, "Evicted",
+                               "The node was low on resource: ephemeral-storage.", "Warning"),
+    "successful-delete": lambda c: feed_objects(c, controller_event(
+        "SuccessfulDelete", f"Deleted pod: {REPLICAS[0]}", AFTER_A)),
+    "successful-create": lambda c: feed_objects(c, controller_event(
+        "SuccessfulCreate", f"Created pod: {REPLICAS[1]}", AFTER_A)),
+    "watch-deleted": lambda c: feed_objects(c, {"type": "DELETED", "object": pod_object(
+        REPLICAS[0], AFTER_A, deleted=True)}),
+    "terminating": lambda c: feed_objects(c, pod_object(REPLICAS[0], AFTER_A, deleted=True)),
+    "pod-failed": lambda c: feed_objects(c, pod_object(REPLICAS[0], AFTER_A, phase="Failed")),
+}
+
+
+@pytest.mark.parametrize("evidence", sorted(EVIDENCE))
+def test_a_replacement_with_kubernetes_evidence_continues_its_predecessors_incident(
+        evidence: str) -> None:
+    clf, first, second = two_replicas(30.0, EVIDENCE[evidence])
+    (opened,) = [i for k, i in notified(first) if k == "opened"]
+    assert notified(second) == []  # one more restart of the same failure: no page
+    (inc,) = clf.state(f"llm/{REPLICAS[1]}/vllm").incidents
+    assert inc.id == opened and inc.restarts == 1
+    assert [a["pod"] for a in inc.extra["attempts"]] == list(REPLICAS)
+
+
+NOT_EVIDENCE = {
+    # a probe kill restarts the container in the same pod: the pod goes on
+    "probe-kill": lambda c: ended(c, REPLICAS[0], AFTER_A, message=(
+        "Container vllm failed liveness probe, will be restarted")),
+    # the other replica's container exited, the pod restarts it (phase Running)
+    "container-exited": lambda c: feed_objects(c, pod_object(REPLICAS[0], AFTER_A)),
+    # a pod created before A failed is a replica that was starting beside it
+    "created-before-the-failure": lambda c: feed_objects(c, controller_event(
+        "SuccessfulCreate", f"Created pod: {REPLICAS[1]}", T0 - 60)),
+    # A was deleted long after B started: B ran beside it
+    "ended-after-b-started": lambda c: ended(c, REPLICAS[0], AFTER_A + 3600),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_EVIDENCE))
+def test_what_is_not_evidence_of_a_replacement_keeps_replicas_apart(case: str) -> None:
+    clf, _, second = two_replicas(30.0, NOT_EVIDENCE[case])
+    assert [k for k, _ in notified(second)][0] == "opened"
+    assert all(i.restarts == 0 for p in REPLICAS
+               for i in clf.state(f"llm/{p}/vllm").incidents)
+
+
+def test_pod_lifecycle_evidence_is_saved_with_the_stream() -> None:
+    """The evidence lives in the stream's snapshot: a restarted service (or the next owner
+    of a Kafka partition) that reloads the streams still knows the pod ended."""
+    clf, _, _ = two_replicas(30.0, EVIDENCE["killing"])
+    snap = clf.state(f"llm/{REPLICAS[0]}/vllm").to_dict()
+    reloaded = StreamState.from_dict(json.loads(json.dumps(snap)))
+    assert reloaded.extra["pod_life"] == {"ended": float(int(AFTER_A))}

@@ -137,7 +137,7 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
     key = stream_key(dict(meta), path) if meta else path
     seen: dict[str, Incident] = {}
     scanner = BlockScanner(clf)
-    clf.state(key, meta)
+    _collect(seen, clf.open_stream(key, meta)[1])
     year = time.gmtime().tm_year if year is None else year
     lines_in = 0
     last = ""

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from service.classify import restarts
 from service.classify.facts import explain_compatibility
 from service.classify.finding import Finding
 from service.classify.incident import Incident
@@ -132,6 +133,18 @@ class Classifier:
             self.streams[key] = st
         return st
 
+    def open_stream(self, key: str, meta: dict[str, Any] | None = None,
+                    time: float | None = None) -> tuple[StreamState, list[Change]]:
+        """The stream ``key`` (created if new) and what its appearance changed: a container
+        of a pod that logs was scheduled (its pod's placeholder hands over what it knew)."""
+        fresh = key not in self.streams
+        st = self.state(key, meta)
+        if fresh and "pod" in st.meta:
+            from service.classify import kube
+
+            return st, kube.pod_started(self, st, time)
+        return st, []
+
     def _remember_good(self, workload: str, facts: dict[str, str]) -> None:
         """Facts of a workload's last good start; the oldest workloads go past the cap."""
         self.last_good.pop(workload, None)
@@ -156,10 +169,8 @@ class Classifier:
             from service.classify import kube
 
             return kube.feed(self, rec)
-        fresh = rec.stream not in self.streams
-        st = self.state(rec.stream, rec.meta)
+        st, changes = self.open_stream(rec.stream, rec.meta, rec.time)
         meta = rec.meta
-        changes: list[Change] = []
         if meta and (meta.get("container_id") != st.meta.get("container_id")
                      or meta.get("image") != st.meta.get("image") or not st.facts):
             old, new = st.meta.get("container_id"), meta.get("container_id")
@@ -167,10 +178,6 @@ class Classifier:
                 # a new container of the same pod (kubelet restarted it): a new run
                 self._new_run(st, changes, rec.time)
             _merge_meta(st, meta, self.rules)
-        if fresh and "pod" in st.meta:  # a container of a pod logs: the pod was scheduled
-            from service.classify import kube
-
-            changes += kube.pod_started(self, st, rec.time)
         return changes + self.feed_text(st, rec.text, rec.time)
 
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
@@ -572,8 +579,9 @@ class Classifier:
     # ---- restarts ----------------------------------------------------------------------
     def _priors(self, st: StreamState) -> list[Incident]:
         """Open failures of earlier runs of this workload, latest first: this stream's, then
-        those of a pod this one replaced (same workload on the same node, gone quiet before
-        this run started)."""
+        those of a pod this one replaced (same workload on the same node, and Kubernetes
+        said the other pod ended or this one was created after it failed:
+        :mod:`service.classify.restarts`)."""
         mine = [i for i in st.incidents if i.status == "open" and i.severity == "critical"
                 and i.run < st.run and "pending_restart_of" not in i.extra]
         mine.sort(key=lambda i: i.run, reverse=True)
@@ -584,8 +592,8 @@ class Classifier:
         ids = self.units.get(unit) if unit else None
         if not ids:
             return []
-        out = []
-        for iid, key in list(ids.items()):
+        out: list[tuple[int, Incident]] = []
+        for iid, key in reversed(list(ids.items())):  # latest failure first
             if key == st.key:
                 continue
             other = self.streams.get(key)  # memory only: an evicted pod is not followed
@@ -594,12 +602,12 @@ class Classifier:
             if inc is None:
                 del ids[iid]
                 continue
-            # replaced, not a replica running beside it: the other pod's run had failed or
-            # stopped, and its last line came before this run's first
-            if (other.status in (FAILED, STOPPED) and st.first_time is not None
-                    and other.last_time is not None and st.first_time >= other.last_time):
-                out.append(inc)
-        return out
+            # replaced, not a replica beside it: only Kubernetes' word counts, never timing
+            strength = restarts.evidence(other, st, inc)
+            if strength:
+                out.append((strength, inc))
+        best = max((s for s, _ in out), default=0)  # a pod that ended beats "some pod"
+        return [inc for s, inc in out if s == best]
 
     def _index(self, st: StreamState, inc: Incident) -> None:
         unit = restart_unit(st.key, st.meta)

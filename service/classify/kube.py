@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from service.classify import restarts
 from service.intel.playbook import restart_advice
 from service.parse import line as L
 from service.records import LogRecord
@@ -81,6 +82,10 @@ def feed(clf: Classifier, rec: LogRecord) -> list[Change]:
     time = rec.time
     if time is None and clf.clock is not None:
         time = clf.clock()
+    if kube.get("life"):
+        restarts.note_life(st, kube["life"], time)
+        if kube.get("life_only"):  # a controller's or the pod's lifecycle: nothing to read
+            return []
     clf.lines += 1
     st.seq += 1
     if time is not None and (st.last_time is None or time > st.last_time):
@@ -124,6 +129,7 @@ def pod_started(clf: Classifier, st: StreamState, time: float | None) -> list[Ch
     placeholder = clf.streams.get(f"{ns}/{pod}") if ns and pod else None
     if placeholder is None or placeholder is st:
         return []
+    restarts.inherit_life(st, placeholder)
     changes: list[Change] = []
     for inc in list(placeholder.incidents):
         if inc.status == "open" and inc.primary.rule in SCHEDULING_RULES:

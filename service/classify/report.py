@@ -92,7 +92,9 @@ def finish(clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident
         if end is not None:
             clf.check_stall(st, end, changes)
         _collect(seen, changes)
-    return [stream_report(clf, key, seen[key].values(), now) for key in order]
+    # (a stream that only heard of its pod's lifecycle - created, deleted - has no report)
+    return [stream_report(clf, key, seen[key].values(), now) for key in order
+            if seen[key] or clf.state(key).seq]
 
 
 def _collect(seen: dict[str, dict[str, Incident]], changes: list[Change]) -> None:

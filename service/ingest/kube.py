@@ -20,6 +20,15 @@ container (``namespace/pod/container``, the key its log lines have):
   reason (``CrashLoopBackOff``, ``ImagePullBackOff`` ...), and an ``Evicted`` pod;
 * a ``List`` (``items``) or a watch event: each object in it.
 
+**Pod lifecycle** is evidence of its own: a replacement pod continues its predecessor's
+failure only when the predecessor is known to have ended (see
+:mod:`service.classify.restarts`). ``kube["life"]`` says ``ended`` for a pod being deleted or
+killed (a ``Killing`` event that is not a probe's restart, ``Evicted``, ``Preempted``, a
+controller's ``SuccessfulDelete``, a watch ``DELETED``, a ``deletionTimestamp``, a pod phase
+``Failed`` / ``Succeeded``) and ``created`` for a controller's ``SuccessfulCreate`` (ReplicaSet,
+Job, StatefulSet: ``Created pod: <name>``, ``create Pod <name> in StatefulSet <set>
+successful``).
+
 The line reads ``[kubernetes event] Warning BackOff pod ml/vllm-0 container vllm on node-3
 (x12): Back-off restarting failed container ...`` or ``[kubernetes pod status] pod ml/vllm-0
 container vllm terminated: reason OOMKilled, exit code 137, ...``; the rules in
@@ -44,6 +53,16 @@ MAX_MESSAGE = 2000  # characters of an event message kept on the line
 _FIELD_CONTAINER = re.compile(r"spec\.(?:initContainers|containers|ephemeralContainers)\{([^}]+)\}")
 # Normal events kept (everything else Normal is routine: Pulled, Created, Started ...)
 _NORMAL_KEPT = frozenset(("Killing",))
+# pod events that mean the pod itself is going away (a probe kill restarts the container in
+# the same pod: "... will be restarted")
+_ENDING_REASONS = frozenset(("Killing", "Evicted", "Preempted", "Preempting"))
+# controllers' events naming the pod they created or deleted
+_CONTROLLERS = frozenset(("ReplicaSet", "Job", "StatefulSet", "ReplicationController",
+                          "LeaderWorkerSet"))
+_CONTROLLER_POD = re.compile(
+    r"^(?:Created pod: (?P<created>\S+)|Deleted pod: (?P<deleted>\S+)"
+    r"|create Pod (?P<created_sts>\S+) in StatefulSet \S+ successful"
+    r"|delete Pod (?P<deleted_sts>\S+) in StatefulSet \S+ successful)")
 _WAITING_FAILURES = frozenset((
     "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
@@ -73,6 +92,9 @@ def kube_records(obj: Mapping[str, Any], *, time: Any = None,
         return _pod(obj, time, position, meta)
     if depth > 2:
         return []
+    watched = obj.get("object")
+    if obj.get("type") == "DELETED" and type(watched) is dict and watched.get("kind") == "Pod":
+        return _pod(watched, time, position, meta, deleted=True)
     items: list[Any] = obj["items"] if type(obj.get("items")) is list else [obj.get("object")]
     out: list[LogRecord] = []
     for item in items:
@@ -112,7 +134,11 @@ def _d(value: Any) -> dict[str, Any]:
 def _event(ev: Mapping[str, Any], time: Any, position: str | None,
            meta: Mapping[str, Any] | None) -> list[LogRecord]:
     ref = ev.get("involvedObject") or ev.get("regarding")
-    if type(ref) is not dict or ref.get("kind") != "Pod":
+    if type(ref) is not dict:
+        return []
+    if ref.get("kind") in _CONTROLLERS:
+        return _controller_event(ev, ref, time, position, meta)
+    if ref.get("kind") != "Pod":
         return []  # events about nodes, deployments ... are not a pod's evidence
     etype = _s(ev.get("type")) or "Normal"
     reason = _s(ev.get("reason"))
@@ -134,10 +160,7 @@ def _event(ev: Mapping[str, Any], time: Any, position: str | None,
     node = _s(source.get("host")) or None
     if node is None and _s(ev.get("reportingController")) == "kubelet":
         node = _s(ev.get("reportingInstance")) or None
-    t = (to_epoch(ev.get("lastTimestamp")) or to_epoch(series.get("lastObservedTime"))
-         or to_epoch(ev.get("deprecatedLastTimestamp")) or to_epoch(ev.get("eventTime"))
-         or to_epoch(ev.get("firstTimestamp")) or to_epoch(ev.get("deprecatedFirstTimestamp"))
-         or to_epoch((ev.get("metadata") or {}).get("creationTimestamp")) or to_epoch(time))
+    t = _event_time(ev, time)
     where = f"pod {ns}/{name}" + (f" container {container}" if container else "")
     where += f" on {node}" if node else ""
     times = f" (x{count})" if count > 1 else ""
@@ -145,11 +168,43 @@ def _event(ev: Mapping[str, Any], time: Any, position: str | None,
     uid = _s((ev.get("metadata") or {}).get("uid")) or _s((ev.get("metadata") or {}).get("name"))
     kube = {"kind": "event", "reason": reason, "type": etype,
             "id": f"event:{uid or text}:{count}"}
+    if reason in _ENDING_REASONS and "will be restarted" not in message:
+        kube["life"] = "ended"
     return [_record(ns, name, container, text, t, position, meta, kube, node)]
 
 
+def _event_time(ev: Mapping[str, Any], time: Any) -> float | None:
+    series = _d(ev.get("series"))
+    return (to_epoch(ev.get("lastTimestamp")) or to_epoch(series.get("lastObservedTime"))
+            or to_epoch(ev.get("deprecatedLastTimestamp")) or to_epoch(ev.get("eventTime"))
+            or to_epoch(ev.get("firstTimestamp")) or to_epoch(ev.get("deprecatedFirstTimestamp"))
+            or to_epoch((ev.get("metadata") or {}).get("creationTimestamp")) or to_epoch(time))
+
+
+def _controller_event(ev: Mapping[str, Any], ref: Mapping[str, Any], time: Any,
+                      position: str | None, meta: Mapping[str, Any] | None) -> list[LogRecord]:
+    """A controller created or deleted one of its pods: lifecycle evidence of that pod."""
+    reason = _s(ev.get("reason"))
+    if reason not in ("SuccessfulCreate", "SuccessfulDelete"):
+        return []
+    message = " ".join((_s(ev.get("message")) or _s(ev.get("note"))).split())[:MAX_MESSAGE]
+    m = _CONTROLLER_POD.match(message)
+    ns = _s(ref.get("namespace")) or _s((ev.get("metadata") or {}).get("namespace"))
+    if m is None or not ns:
+        return []
+    pod = m.group("created") or m.group("created_sts") or m.group("deleted") \
+        or m.group("deleted_sts")
+    life = "created" if m.group("created") or m.group("created_sts") else "ended"
+    owner = f"{_s(ref.get('kind'))} {ns}/{_s(ref.get('name'))}"
+    text = f"{EVENT_PREFIX} Normal {reason} pod {ns}/{pod} by {owner}: {message}"
+    uid = _s((ev.get("metadata") or {}).get("uid")) or text
+    kube = {"kind": "event", "reason": reason, "type": "Normal", "life": life,
+            "life_only": True, "id": f"event:{uid}:{life}"}
+    return [_record(ns, pod, None, text, _event_time(ev, time), position, meta, kube, None)]
+
+
 def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
-         meta: Mapping[str, Any] | None) -> list[LogRecord]:
+         meta: Mapping[str, Any] | None, deleted: bool = False) -> list[LogRecord]:
     md = _d(pod.get("metadata"))
     status = _d(pod.get("status"))
     spec = _d(pod.get("spec"))
@@ -207,17 +262,43 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
                     "id": f"wait:{uid}:{cname}:{reason}:{restarts}"}
             out.append(_record(ns, name, cname, text, to_epoch(time), _pos(position, out), meta,
                                kube, node))
-    if _s(status.get("reason")) == "Evicted":
+    evicted = _s(status.get("reason")) == "Evicted"
+    ended = _pod_ended(md, status, statuses, deleted)
+    if ended is not None and not evicted:
+        why, at = ended
+        where = f"pod {ns}/{name}" + (f" on {node}" if node else "")
+        kube = {"kind": "status", "reason": why, "life": "ended", "life_only": True,
+                "id": f"ended:{uid}"}
+        out.append(_record(ns, name, None, f"{STATUS_PREFIX} {where} ended: {why}",
+                           to_epoch(at) or to_epoch(time), _pos(position, out), meta, kube,
+                           node))
+    if evicted:
         msg = " ".join(_s(status.get("message")).split())[:MAX_MESSAGE]
         names = [_s(cs.get("name")) for cs in statuses if _s(cs.get("name"))]
         only = names[0] if len(names) == 1 else None  # one container: it is the pod
         where = f"pod {ns}/{name}" + (f" container {only}" if only else "")
         where += f" on {node}" if node else ""
         text = f"{STATUS_PREFIX} {where} Evicted: {msg}"
-        kube = {"kind": "status", "reason": "Evicted", "id": f"evicted:{uid}"}
+        kube = {"kind": "status", "reason": "Evicted", "id": f"evicted:{uid}", "life": "ended"}
         out.append(_record(ns, name, only, text, to_epoch(time), _pos(position, out), meta,
                            kube, node))
     return out
+
+
+def _pod_ended(md: Mapping[str, Any], status: Mapping[str, Any],
+               statuses: list[dict[str, Any]], deleted: bool) -> tuple[str, Any] | None:
+    """(why, when) the pod itself ended - deleted, being deleted, or its phase final (its
+    containers will not be restarted in it) - else None."""
+    finished = max((_s(_d(_d(cs.get("state")).get("terminated")).get("finishedAt"))
+                    for cs in statuses), default="") or None
+    if deleted:
+        return "deleted", md.get("deletionTimestamp") or finished
+    if md.get("deletionTimestamp"):
+        return "terminating (deleted)", md.get("deletionTimestamp")
+    phase = _s(status.get("phase"))
+    if phase in ("Failed", "Succeeded"):
+        return f"phase {phase}", finished
+    return None
 
 
 def _pos(position: str | None, out: list[LogRecord]) -> str | None:
