@@ -22,8 +22,11 @@ from service.classify.report import classify_records  # noqa: E402
 from service.ingest.files import read_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-_REAL = (ROOT / "tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log").read_text(
-    errors="replace").splitlines()
+_REAL = (
+    (ROOT / "tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log")
+    .read_text(errors="replace")
+    .splitlines()
+)
 # a real startup, up to and including "Application startup complete."
 STARTUP = _REAL[: next(i for i, t in enumerate(_REAL) if "startup complete" in t) + 1]
 FAILURES = [
@@ -37,18 +40,24 @@ def serving_line(rng: random.Random, i: int) -> str:
     m, s = (i // 60) % 60, i % 60
     r = rng.random()
     if r < 0.70:
-        return (f'(APIServer pid=1) INFO:     10.0.{rng.randint(0, 255)}.{rng.randint(0, 255)}:'
-                f'{rng.randint(1024, 65535)} - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+        return (
+            f"(APIServer pid=1) INFO:     10.0.{rng.randint(0, 255)}.{rng.randint(0, 255)}:"
+            f'{rng.randint(1024, 65535)} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+        )
     if r < 0.85:
-        return (f"(APIServer pid=1) INFO 07-21 05:{m:02d}:{s:02d} [loggers.py:123] Engine 000: "
-                f"Avg prompt throughput: {rng.uniform(0, 9000):.1f} tokens/s, Avg generation "
-                f"throughput: {rng.uniform(0, 3000):.1f} tokens/s, Running: {rng.randint(0, 64)} "
-                f"reqs, Waiting: {rng.randint(0, 8)} reqs, GPU KV cache usage: "
-                f"{rng.uniform(0, 90):.1f}%, Prefix cache hit rate: {rng.uniform(0, 80):.1f}%")
+        return (
+            f"(APIServer pid=1) INFO 07-21 05:{m:02d}:{s:02d} [loggers.py:123] Engine 000: "
+            f"Avg prompt throughput: {rng.uniform(0, 9000):.1f} tokens/s, Avg generation "
+            f"throughput: {rng.uniform(0, 3000):.1f} tokens/s, Running: {rng.randint(0, 64)} "
+            f"reqs, Waiting: {rng.randint(0, 8)} reqs, GPU KV cache usage: "
+            f"{rng.uniform(0, 90):.1f}%, Prefix cache hit rate: {rng.uniform(0, 80):.1f}%"
+        )
     if r < 0.95:
         return '(APIServer pid=1) INFO:     10.0.0.1:33456 - "GET /health HTTP/1.1" 200 OK'
-    return (f"(APIServer pid=1) WARNING 07-21 05:{m:02d}:{s:02d} [protocol.py:88] The following "
-            f"fields were present in the request but ignored: {{'stream_options'}}")
+    return (
+        f"(APIServer pid=1) WARNING 07-21 05:{m:02d}:{s:02d} [protocol.py:88] The following "
+        f"fields were present in the request but ignored: {{'stream_options'}}"
+    )
 
 
 def make_stream(path: Path, lines: int, fmt: str, streams: int = 50, seed: int = 7) -> None:
@@ -92,9 +101,11 @@ def main() -> int:
         dt = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     incidents = sum(len(r["incidents"]) for r in reports)
-    print(f"lines={args.lines} format={args.format} model={args.model} "
-          f"seconds={dt:.2f} lines_per_s={args.lines / dt:,.0f} peak_rss_mb={rss_mb:.0f} "
-          f"incidents={incidents} model_calls={clf.model_calls}")
+    print(
+        f"lines={args.lines} format={args.format} model={args.model} "
+        f"seconds={dt:.2f} lines_per_s={args.lines / dt:,.0f} peak_rss_mb={rss_mb:.0f} "
+        f"incidents={incidents} model_calls={clf.model_calls}"
+    )
     return 0
 
 

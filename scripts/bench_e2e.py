@@ -65,9 +65,13 @@ from tests.receiver import Receiver  # noqa: E402
 TANSU = ROOT / "scripts" / "tansu.py"
 NS = "bench"
 FAILING = [  # one critical incident each, per-workload categories (never held for a fleet)
-    REAL / "bad-dtype.cri.log", REAL / "port-in-use.cri.log", REAL / "tokenizer-missing.cri.log",
-    REAL / "worker-killed-while-serving.cri.log", REAL / "kv-cache-too-small.cri.log",
-    REAL / "model-unavailable-offline.cri.log", REAL / "trust-remote-code-required.cri.log",
+    REAL / "bad-dtype.cri.log",
+    REAL / "port-in-use.cri.log",
+    REAL / "tokenizer-missing.cri.log",
+    REAL / "worker-killed-while-serving.cri.log",
+    REAL / "kv-cache-too-small.cri.log",
+    REAL / "model-unavailable-offline.cri.log",
+    REAL / "trust-remote-code-required.cri.log",
     CORPUS / "gh-vllm-28143-oom-weights-linear-create-weights.log",
     CORPUS / "gh-arcticinference-37-worker-killed-after-weights.log",
     CORPUS / "gh-vllm-27508-max-seq-len-gib-estimate-py313.log",
@@ -94,23 +98,32 @@ class ServingPod:
         rng = self.rng
         r = rng.random()
         if r < 0.7:
-            return (f"INFO:     10.0.{rng.randint(0, 255)}.{rng.randint(0, 255)}:"
-                    f"{rng.randint(1024, 65535)} - \"POST /v1/chat/completions HTTP/1.1\" 200 OK")
+            return (
+                f"INFO:     10.0.{rng.randint(0, 255)}.{rng.randint(0, 255)}:"
+                f'{rng.randint(1024, 65535)} - "POST /v1/chat/completions HTTP/1.1" 200 OK'
+            )
         if r < 0.9:
-            return (f"(APIServer pid=1) INFO 12-02 14:36:{rng.randint(10, 59)} [loggers.py:335] "
-                    f"Engine 000: Avg prompt throughput: {rng.uniform(0, 9000):.1f} tokens/s, "
-                    f"Avg generation throughput: {rng.uniform(0, 3000):.1f} tokens/s, Running: "
-                    f"{rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 8)} reqs, GPU KV cache "
-                    f"usage: {rng.uniform(0, 90):.1f}%, Prefix cache hit rate: "
-                    f"{rng.uniform(0, 80):.1f}%")
-        return "INFO:     10.0.0.1:33456 - \"GET /health HTTP/1.1\" 200 OK"
+            return (
+                f"(APIServer pid=1) INFO 12-02 14:36:{rng.randint(10, 59)} [loggers.py:335] "
+                f"Engine 000: Avg prompt throughput: {rng.uniform(0, 9000):.1f} tokens/s, "
+                f"Avg generation throughput: {rng.uniform(0, 3000):.1f} tokens/s, Running: "
+                f"{rng.randint(0, 64)} reqs, Waiting: {rng.randint(0, 8)} reqs, GPU KV cache "
+                f"usage: {rng.uniform(0, 90):.1f}%, Prefix cache hit rate: "
+                f"{rng.uniform(0, 80):.1f}%"
+            )
+        return 'INFO:     10.0.0.1:33456 - "GET /health HTTP/1.1" 200 OK'
 
     def next(self, now: float) -> tuple[bytes, bytes]:
         if self.n < len(self.head):
             rec = dict(self.head[self.n])
         else:
-            rec = {"stream": "stdout", "_p": "F", "log": self.line(), "kubernetes": self.kube,
-                   "sentinel_key": f"{NS}/{self.pod}"}
+            rec = {
+                "stream": "stdout",
+                "_p": "F",
+                "log": self.line(),
+                "kubernetes": self.kube,
+                "sentinel_key": f"{NS}/{self.pod}",
+            }
         rec["@timestamp"] = iso_ns(now)
         self.n += 1
         return f"{NS}/{self.pod}".encode(), json.dumps(rec).encode()
@@ -122,8 +135,9 @@ def failure_burst(i: int, tag: str) -> tuple[str, list[tuple[bytes, bytes]]]:
     return pod, [(r["sentinel_key"].encode(), json.dumps(r).encode()) for r in recs]
 
 
-def stream(lines: int, pods: int, failures: int, tag: str, seed: int = 7
-           ) -> Iterator[tuple[bytes, bytes, str | None]]:
+def stream(
+    lines: int, pods: int, failures: int, tag: str, seed: int = 7
+) -> Iterator[tuple[bytes, bytes, str | None]]:
     """(key, value, pod of a failure burst that ends here or None), ``lines`` in all."""
     rng = random.Random(seed)
     serving = [ServingPod(f"serve-{tag}-{k}", rng) for k in range(pods)]
@@ -149,9 +163,16 @@ def stream(lines: int, pods: int, failures: int, tag: str, seed: int = 7
 def producer(bootstrap: str) -> Any:
     from confluent_kafka import Producer
 
-    return Producer({"bootstrap.servers": bootstrap, "partitioner": "murmur2_random",
-                     "linger.ms": 20, "compression.codec": "gzip", "acks": "all",
-                     "queue.buffering.max.messages": 200000})
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "partitioner": "murmur2_random",
+            "linger.ms": 20,
+            "compression.codec": "gzip",
+            "acks": "all",
+            "queue.buffering.max.messages": 200000,
+        }
+    )
 
 
 def send(p: Any, topic: str, key: bytes, value: bytes, on_ack: Any = None) -> None:
@@ -200,15 +221,25 @@ def store_url(workdir: Path, name: str, args: argparse.Namespace) -> str:
     return url
 
 
-def start_service(workdir: Path, name: str, bootstrap: str, topic: str, client: str,
-                  receiver: Receiver, args: argparse.Namespace) -> Sentinel:
+def start_service(
+    workdir: Path,
+    name: str,
+    bootstrap: str,
+    topic: str,
+    client: str,
+    receiver: Receiver,
+    args: argparse.Namespace,
+) -> Sentinel:
     store = store_url(workdir, name, args)
     notify = {"group_wait_s": args.group_wait} if args.group_wait is not None else {}
     cfg = service_config(
-        store_url=store, api_port=free_port(),
-        kafka=kafka_source(bootstrap, topic, f"g-{name}-{uuid.uuid4().hex[:6]}", client,
-                           max_poll_records=2000),
-        receivers=[webhook(receiver.url, rate_limit_per_minute=6000, timeout_s=5.0)])
+        store_url=store,
+        api_port=free_port(),
+        kafka=kafka_source(
+            bootstrap, topic, f"g-{name}-{uuid.uuid4().hex[:6]}", client, max_poll_records=2000
+        ),
+        receivers=[webhook(receiver.url, rate_limit_per_minute=6000, timeout_s=5.0)],
+    )
     # the shipped notify defaults (group_wait_s 1.0, backoff 1 s) unless --group-wait
     cfg["notify"] = {"external_url": cfg["notify"]["external_url"], **notify}
     svc = Sentinel(workdir, name, cfg)
@@ -216,30 +247,49 @@ def start_service(workdir: Path, name: str, bootstrap: str, topic: str, client: 
     return svc
 
 
-def throughput(workdir: Path, bootstrap: str, topic: str, total: int, client: str,
-               args: argparse.Namespace) -> dict[str, float]:
+def throughput(
+    workdir: Path, bootstrap: str, topic: str, total: int, client: str, args: argparse.Namespace
+) -> dict[str, float]:
     with Receiver() as rx:
         svc = start_service(workdir, f"tp-{client}", bootstrap, topic, client, rx, args)
         try:
             group = svc.config["sources"]["kafka"]["group"]
-            first = wait_until(lambda: svc.metric("sentinel_lines_total", source="kafka") > 0
-                               and time.monotonic(), 120, "the first line", interval=0.02)
+            first = wait_until(
+                lambda: svc.metric("sentinel_lines_total", source="kafka") > 0 and time.monotonic(),
+                120,
+                "the first line",
+                interval=0.02,
+            )
             cpu0 = _cpu(svc.pid)
-            wait_until(lambda: svc.metric("sentinel_lines_total", source="kafka") >= total,
-                       3600, "every line read", interval=0.2)
-            wait_until(lambda: committed_total(bootstrap, group, topic, args.partitions)
-                       >= total, 600, "every line committed", interval=0.1)
+            wait_until(
+                lambda: svc.metric("sentinel_lines_total", source="kafka") >= total,
+                3600,
+                "every line read",
+                interval=0.2,
+            )
+            wait_until(
+                lambda: committed_total(bootstrap, group, topic, args.partitions) >= total,
+                600,
+                "every line committed",
+                interval=0.1,
+            )
             elapsed = time.monotonic() - first
             cpu = _cpu(svc.pid) - cpu0
             incidents = len(svc.incidents())
         finally:
             svc.close()
-    return {"lines": total, "seconds": elapsed, "lines_per_s": total / elapsed,
-            "lines_per_cpu_s": total / cpu if cpu else 0.0, "incidents": incidents}
+    return {
+        "lines": total,
+        "seconds": elapsed,
+        "lines_per_s": total / elapsed,
+        "lines_per_cpu_s": total / cpu if cpu else 0.0,
+        "incidents": incidents,
+    }
 
 
-def latency(workdir: Path, bootstrap: str, client: str, args: argparse.Namespace
-            ) -> dict[str, float]:
+def latency(
+    workdir: Path, bootstrap: str, client: str, args: argparse.Namespace
+) -> dict[str, float]:
     topic = create_topic(bootstrap, args.partitions)
     lines = int(args.rate * args.live_seconds)
     with Receiver() as rx:
@@ -249,12 +299,15 @@ def latency(workdir: Path, bootstrap: str, client: str, args: argparse.Namespace
             acked: dict[str, float] = {}
             p = producer(bootstrap)
             t0 = time.monotonic()
-            for n, (k, v, pod) in enumerate(stream(lines, args.pods, args.failures,
-                                                   f"lat{client[:2]}")):
+            for n, (k, v, pod) in enumerate(
+                stream(lines, args.pods, args.failures, f"lat{client[:2]}")
+            ):
                 if pod is not None:
+
                     def on_ack(err: Any, _msg: Any, pod: str = pod) -> None:
                         if err is None:
                             acked[pod] = time.time()
+
                     send(p, topic, k, v, on_ack)
                 else:
                     send(p, topic, k, v)
@@ -264,9 +317,18 @@ def latency(workdir: Path, bootstrap: str, client: str, args: argparse.Namespace
                     if ahead > 0:
                         time.sleep(ahead)
             p.flush(30)
-            wait_until(lambda: len({r.json()["incident"]["meta"].get("pod")
-                                    for r in rx.accepted()} & set(acked)) >= args.failures,
-                       120, "every failure paged", interval=0.1)
+            wait_until(
+                lambda: (
+                    len(
+                        {r.json()["incident"]["meta"].get("pod") for r in rx.accepted()}
+                        & set(acked)
+                    )
+                    >= args.failures
+                ),
+                120,
+                "every failure paged",
+                interval=0.1,
+            )
         finally:
             svc.close()
     got: dict[str, float] = {}
@@ -275,8 +337,13 @@ def latency(workdir: Path, bootstrap: str, client: str, args: argparse.Namespace
         if pod in acked:
             got.setdefault(pod, r.at)
     lat = sorted(got[pod] - acked[pod] for pod in got)
-    return {"n": len(lat), "p50": statistics.median(lat), "p99": _pct(lat, 0.99),
-            "max": lat[-1], "min": lat[0]}
+    return {
+        "n": len(lat),
+        "p50": statistics.median(lat),
+        "p99": _pct(lat, 0.99),
+        "max": lat[-1],
+        "min": lat[0],
+    }
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -319,11 +386,18 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=2000.0, help="live lines/s (latency run)")
     ap.add_argument("--live-seconds", type=float, default=25.0)
     ap.add_argument("--clients", default="kafka-python,confluent-kafka")
-    ap.add_argument("--group-wait", type=float, default=None,
-                    help="notify.group_wait_s (default: the shipped 1.0 s)")
-    ap.add_argument("--pg", action="store_true",
-                    help="PostgreSQL ($SENTINEL_TEST_PG_URL, a fresh schema per run) instead "
-                         "of a fresh SQLite file per run")
+    ap.add_argument(
+        "--group-wait",
+        type=float,
+        default=None,
+        help="notify.group_wait_s (default: the shipped 1.0 s)",
+    )
+    ap.add_argument(
+        "--pg",
+        action="store_true",
+        help="PostgreSQL ($SENTINEL_TEST_PG_URL, a fresh schema per run) instead "
+        "of a fresh SQLite file per run",
+    )
     ap.add_argument("--bootstrap", default=None)
     ap.add_argument("--skip", default="", help="throughput and/or latency")
     args = ap.parse_args()
@@ -332,8 +406,13 @@ def main() -> int:
     port = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        out = subprocess.run([sys.executable, str(TANSU), "start", "--port", "0"],
-                             capture_output=True, text=True, check=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, str(TANSU), "start", "--port", "0"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
         bootstrap = out.stdout.strip().splitlines()[-1]
         port = bootstrap.rpartition(":")[2]
     results: dict[str, dict[str, Any]] = {c: {} for c in clients}
@@ -343,11 +422,13 @@ def main() -> int:
             if "throughput" not in args.skip:
                 topic = create_topic(bootstrap, args.partitions)
                 total, secs = fill(bootstrap, topic, args)
-                print(f"filled {topic}: {total} lines in {secs:.1f}s "
-                      f"({total / secs:,.0f} lines/s produced)", file=sys.stderr)
+                print(
+                    f"filled {topic}: {total} lines in {secs:.1f}s "
+                    f"({total / secs:,.0f} lines/s produced)",
+                    file=sys.stderr,
+                )
                 for c in clients:
-                    results[c]["throughput"] = throughput(workdir, bootstrap, topic, total, c,
-                                                          args)
+                    results[c]["throughput"] = throughput(workdir, bootstrap, topic, total, c, args)
                     print(c, results[c]["throughput"], file=sys.stderr)
             if "latency" not in args.skip:
                 for c in clients:
@@ -355,20 +436,29 @@ def main() -> int:
                     print(c, results[c]["latency"], file=sys.stderr)
     finally:
         if port is not None:
-            subprocess.run([sys.executable, str(TANSU), "stop", "--port", port],
-                           capture_output=True, timeout=30)
+            subprocess.run(
+                [sys.executable, str(TANSU), "stop", "--port", port],
+                capture_output=True,
+                timeout=30,
+            )
     gw = "1.0 (default)" if args.group_wait is None else f"{args.group_wait}"
-    print(f"\nKafka → vllm-sentinel serve → store → webhook; {args.partitions} partitions, "
-          f"one instance, store {'PostgreSQL' if args.pg else 'SQLite'}, group_wait_s {gw}")
-    print(f"{'client':<16} {'lines':>8} {'lines/s':>9} {'lines/cpu-s':>11} {'incidents':>9} "
-          f"{'alerts':>6} {'p50 s':>6} {'p99 s':>6} {'max s':>6}")
+    print(
+        f"\nKafka → vllm-sentinel serve → store → webhook; {args.partitions} partitions, "
+        f"one instance, store {'PostgreSQL' if args.pg else 'SQLite'}, group_wait_s {gw}"
+    )
+    print(
+        f"{'client':<16} {'lines':>8} {'lines/s':>9} {'lines/cpu-s':>11} {'incidents':>9} "
+        f"{'alerts':>6} {'p50 s':>6} {'p99 s':>6} {'max s':>6}"
+    )
     for c in clients:
         tp = results[c].get("throughput", {})
         lat = results[c].get("latency", {})
-        print(f"{c:<16} {tp.get('lines', 0):>8} {tp.get('lines_per_s', 0):>9,.0f} "
-              f"{tp.get('lines_per_cpu_s', 0):>11,.0f} {tp.get('incidents', 0):>9} "
-              f"{lat.get('n', 0):>6} {lat.get('p50', 0):>6.2f} {lat.get('p99', 0):>6.2f} "
-              f"{lat.get('max', 0):>6.2f}")
+        print(
+            f"{c:<16} {tp.get('lines', 0):>8} {tp.get('lines_per_s', 0):>9,.0f} "
+            f"{tp.get('lines_per_cpu_s', 0):>11,.0f} {tp.get('incidents', 0):>9} "
+            f"{lat.get('n', 0):>6} {lat.get('p50', 0):>6.2f} {lat.get('p99', 0):>6.2f} "
+            f"{lat.get('max', 0):>6.2f}"
+        )
     return 0
 
 

@@ -25,8 +25,11 @@ from service.classify.rulebook import RuleBook  # noqa: E402
 from service.records import LogRecord  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-REAL = (ROOT / "tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log").read_text(
-    errors="replace").splitlines()
+REAL = (
+    (ROOT / "tests/fixtures/real/healthy-serving-prefix-caching-sigterm.log")
+    .read_text(errors="replace")
+    .splitlines()
+)
 STARTUP = REAL[: next(i for i, t in enumerate(REAL) if "startup complete" in t) + 1]
 
 
@@ -35,7 +38,7 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=100_000)
     ap.add_argument("--lines", type=int, default=40, help="startup lines fed to each stream")
     args = ap.parse_args()
-    lines = STARTUP[-args.lines:]
+    lines = STARTUP[-args.lines :]
     clf = Classifier(RuleBook())
     clf.feed(LogRecord("warmup", lines[0]))  # rules and lazy tables loaded before measuring
     clf.forget(["warmup"])
@@ -44,8 +47,13 @@ def main() -> None:
     base, _ = tracemalloc.get_traced_memory()
     t0 = time.perf_counter()
     for i in range(args.streams):
-        meta = {"namespace": "llm", "pod": f"vllm-{i:06d}-abcde", "container": "vllm",
-                "node": f"gpu-node-{i % 512}", "image": "vllm/vllm-openai:v0.11.0"}
+        meta = {
+            "namespace": "llm",
+            "pod": f"vllm-{i:06d}-abcde",
+            "container": "vllm",
+            "node": f"gpu-node-{i % 512}",
+            "image": "vllm/vllm-openai:v0.11.0",
+        }
         key = f"llm/vllm-{i:06d}-abcde/vllm"
         for t in lines:
             clf.feed(LogRecord(key, t, None, meta))
@@ -53,9 +61,11 @@ def main() -> None:
     gc.collect()
     used, _ = tracemalloc.get_traced_memory()
     per = (used - base) / args.streams
-    print(f"streams={args.streams} lines_each={len(lines)} in_memory={len(clf.streams)} "
-          f"heap={(used - base) / 1e6:.1f} MB per_stream={per:.0f} B "
-          f"feed={args.streams * len(lines) / elapsed:,.0f} lines/s (traced)")
+    print(
+        f"streams={args.streams} lines_each={len(lines)} in_memory={len(clf.streams)} "
+        f"heap={(used - base) / 1e6:.1f} MB per_stream={per:.0f} B "
+        f"feed={args.streams * len(lines) / elapsed:,.0f} lines/s (traced)"
+    )
 
 
 if __name__ == "__main__":

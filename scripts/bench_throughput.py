@@ -35,8 +35,18 @@ with open(sys.argv[1], "rb") as f:
             n += 1
 print(n)
 """
-GREP_WORDS = ["CUDA out of memory", "NCCL WARN", "Traceback", "Error", "error", "died",
-              "Killed", "failed", "version", "shutdown"]
+GREP_WORDS = [
+    "CUDA out of memory",
+    "NCCL WARN",
+    "Traceback",
+    "Error",
+    "error",
+    "died",
+    "Killed",
+    "failed",
+    "version",
+    "shutdown",
+]
 
 
 def marker_heavy(path: Path, lines: int, seed: int = 11) -> None:
@@ -81,14 +91,21 @@ def main() -> int:
             n = sum(1 for _ in path.open("rb"))
             mb = path.stat().st_size / 1e6
             bare = timed([sys.executable, "-c", BARE, str(path)], args.repeat)
-            grep = timed(["grep", "-c", "-F", *sum((["-e", w] for w in GREP_WORDS), []),
-                          str(path)], args.repeat)
+            grep = timed(
+                ["grep", "-c", "-F", *sum((["-e", w] for w in GREP_WORDS), []), str(path)],
+                args.repeat,
+            )
             ours = timed([str(SENTINEL), "classify", "--json", str(path)], args.repeat)
             print(f"== {name}: {n:,} lines, {mb:.0f} MB")
-            for label, t in (("bare Python loop", bare), ("grep -F, 10 literals", grep),
-                             ("vllm-sentinel classify --json", ours)):
-                print(f"   {label:32s} {t:6.2f} s  {n / t:>12,.0f} lines/s  {mb / t:7.1f} MB/s"
-                      f"  {bare / t:5.2f}x bare loop")
+            for label, t in (
+                ("bare Python loop", bare),
+                ("grep -F, 10 literals", grep),
+                ("vllm-sentinel classify --json", ours),
+            ):
+                print(
+                    f"   {label:32s} {t:6.2f} s  {n / t:>12,.0f} lines/s  {mb / t:7.1f} MB/s"
+                    f"  {bare / t:5.2f}x bare loop"
+                )
     return 0
 
 

@@ -77,8 +77,12 @@ class Service:
         self.dispatcher.start()
         st = self.ctx.settings.stall
         if st.enabled:
-            self._ticker = threading.Thread(target=self._tick_loop, args=(st.check_interval_s,),
-                                            name="stall-ticker", daemon=True)
+            self._ticker = threading.Thread(
+                target=self._tick_loop,
+                args=(st.check_interval_s,),
+                name="stall-ticker",
+                daemon=True,
+            )
             self._ticker.start()
         if self.kafka is not None:
             self.kafka.start()
@@ -104,25 +108,50 @@ class Service:
 def build(settings: Settings) -> Service:
     """Create every part from the settings (migrates the store first)."""
     st = settings.store
-    store = Store(st.url, st.pool_size, incident_retention_days=st.incident_retention_days,
-                  stream_retention_days=st.stream_retention_days,
-                  retention_interval_s=st.retention_interval_s)
+    store = Store(
+        st.url,
+        st.pool_size,
+        incident_retention_days=st.incident_retention_days,
+        stream_retention_days=st.stream_retention_days,
+        retention_interval_s=st.retention_interval_s,
+    )
     store.migrate()
     rulebook = rulebook_for(settings)
     model = load_text_model() if settings.use_model else None
-    classifier = Classifier(rulebook, text_model=model, novelty=NoveltyDetector(),
-                            clock=time.time, stall_deadlines=settings.stall.deadlines_s,
-                            crash_loop_attempts=settings.restarts.crash_loop_attempts)
+    classifier = Classifier(
+        rulebook,
+        text_model=model,
+        novelty=NoveltyDetector(),
+        clock=time.time,
+        stall_deadlines=settings.stall.deadlines_s,
+        crash_loop_attempts=settings.restarts.crash_loop_attempts,
+    )
     instance_id = settings.instance_id or default_instance_id(
-        settings.store.url, settings.api.host, settings.api.port)
-    ctx = ServiceContext(settings=settings, store=store, pipeline=None, rulebook=rulebook,
-                         text_model=model, instance_id=instance_id)
-    dispatcher = Dispatcher(store, settings.receivers, settings.notify,
-                            instance_id=ctx.instance_id, fleet=settings.fleet)
-    ctx.pipeline = Pipeline(store, classifier, router=dispatcher.router,
-                            on_commit=dispatcher.wake,
-                            max_streams=settings.streams.max_in_memory,
-                            idle_evict_s=settings.streams.idle_evict_s)
+        settings.store.url, settings.api.host, settings.api.port
+    )
+    ctx = ServiceContext(
+        settings=settings,
+        store=store,
+        pipeline=None,
+        rulebook=rulebook,
+        text_model=model,
+        instance_id=instance_id,
+    )
+    dispatcher = Dispatcher(
+        store,
+        settings.receivers,
+        settings.notify,
+        instance_id=ctx.instance_id,
+        fleet=settings.fleet,
+    )
+    ctx.pipeline = Pipeline(
+        store,
+        classifier,
+        router=dispatcher.router,
+        on_commit=dispatcher.wake,
+        max_streams=settings.streams.max_in_memory,
+        idle_evict_s=settings.streams.idle_evict_s,
+    )
     svc = Service(ctx=ctx, dispatcher=dispatcher)
     fwd = settings.sources.forward
     if fwd is not None:
@@ -132,21 +161,32 @@ def build(settings: Settings) -> Service:
             try:
                 tls.load_cert_chain(fwd.tls_cert, fwd.tls_key)
             except (OSError, ssl.SSLError) as exc:
-                raise ConfigError([f"sources.forward.tls_cert / tls_key: cannot load: "
-                                   f"{getattr(exc, 'strerror', None) or exc}"]) from None
+                raise ConfigError(
+                    [
+                        f"sources.forward.tls_cert / tls_key: cannot load: "
+                        f"{getattr(exc, 'strerror', None) or exc}"
+                    ]
+                ) from None
         pipeline = ctx.pipeline
 
         async def sink(records: list, chunk_id: str | None) -> bool:
             # a resent chunk (its ack was lost) is acked again, not applied twice
             return await pipeline.submit(records, source="forward", chunk_id=chunk_id)
 
-        svc.forward = ForwardServer(sink, fwd.host, fwd.port, shared_key=fwd.shared_key,
-                                    tls=tls, self_hostname=fwd.self_hostname, chunk_ids=True,
-                                    max_message_bytes=fwd.max_message_bytes,
-                                    max_connections=fwd.max_connections,
-                                    idle_timeout=fwd.idle_timeout_s,
-                                    max_pending_bytes=fwd.max_pending_bytes,
-                                    allow_unauthenticated=fwd.allow_unauthenticated)
+        svc.forward = ForwardServer(
+            sink,
+            fwd.host,
+            fwd.port,
+            shared_key=fwd.shared_key,
+            tls=tls,
+            self_hostname=fwd.self_hostname,
+            chunk_ids=True,
+            max_message_bytes=fwd.max_message_bytes,
+            max_connections=fwd.max_connections,
+            idle_timeout=fwd.idle_timeout_s,
+            max_pending_bytes=fwd.max_pending_bytes,
+            allow_unauthenticated=fwd.allow_unauthenticated,
+        )
     if settings.sources.kafka is not None:
         from service.ingest.kafka_source import make_kafka_source
 
@@ -168,8 +208,11 @@ async def run(svc: Service) -> None:
     # accept() out of descriptors: one bounded line, not one traceback per waiting connection
     asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
     app = create_app(svc.ctx)
-    server = _Server(uvicorn.Config(app, host=s.api.host, port=s.api.port,
-                                    log_level="info", access_log=False, lifespan="on"))
+    server = _Server(
+        uvicorn.Config(
+            app, host=s.api.host, port=s.api.port, log_level="info", access_log=False, lifespan="on"
+        )
+    )
     if svc.forward is not None:
         await svc.forward.start()
         log.info("forward protocol on %s:%s", svc.forward.host, svc.forward.port)
@@ -201,7 +244,9 @@ def rulebook_for(settings: Settings) -> RuleBook:
 def serve(config: str | None = None) -> int:
     """Run the service. A settings file with problems raises :class:`ConfigError` (one line
     per problem; the CLI prints them) before anything starts."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per webhook sent
     settings = load_checked(config)
     check_auth_config(settings.api)  # refuse an open API on a non-loopback host before any work
@@ -210,10 +255,15 @@ def serve(config: str | None = None) -> int:
     if problems:
         raise ConfigError(problems)
     svc = build(settings)
-    log.info("vllm-sentinel %s: store %s, api %s:%s, kafka %s, receivers %s",
-             svc.ctx.instance_id, _redact(settings.store.url), settings.api.host,
-             settings.api.port, "on" if svc.kafka else "off",
-             [r.name for r in settings.receivers])
+    log.info(
+        "vllm-sentinel %s: store %s, api %s:%s, kafka %s, receivers %s",
+        svc.ctx.instance_id,
+        _redact(settings.store.url),
+        settings.api.host,
+        settings.api.port,
+        "on" if svc.kafka else "off",
+        [r.name for r in settings.receivers],
+    )
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run(svc))
     return 0

@@ -163,7 +163,9 @@ class ReceiverSettings(Section):
     # (Alertmanager ends an alert nobody re-posts; Prometheus does the same)
     resend_interval_s: float = Field(60.0, gt=0)
     labels: dict[str, str] = Field(default_factory=dict)  # alertmanager: extra static labels
-    match: dict[str, list[str]] = Field(default_factory=dict)  # tier/category/namespace/severity/label:k
+    match: dict[str, list[str]] = Field(
+        default_factory=dict
+    )  # tier/category/namespace/severity/label:k
     send_resolved: bool = True
     rate_limit_per_minute: int = 30
     timeout_s: float = 5.0
@@ -182,10 +184,16 @@ class StallSettings(Section):
 
     enabled: bool = True
     check_interval_s: float = 15.0
-    deadlines_s: dict[str, float] = Field(default_factory=lambda: {
-        "container": 600, "cuda_init": 600, "distributed_init": 900, "model_load": 3600,
-        "kv_cache_init": 2400, "api_server": 600,
-    })
+    deadlines_s: dict[str, float] = Field(
+        default_factory=lambda: {
+            "container": 600,
+            "cuda_init": 600,
+            "distributed_init": 900,
+            "model_load": 3600,
+            "kv_cache_init": 2400,
+            "api_server": 600,
+        }
+    )
 
 
 class RestartSettings(Section):
@@ -235,8 +243,9 @@ class RulesSettings(Section):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SENTINEL_", env_nested_delimiter="__",
-                                      extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="SENTINEL_", env_nested_delimiter="__", extra="forbid"
+    )
 
     api: ApiSettings = Field(default_factory=ApiSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)

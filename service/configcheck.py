@@ -28,8 +28,13 @@ from service.taxonomy import CATEGORIES, STAGES, TIERS
 
 SEVERITIES = ("critical", "warning")
 STATUSES = ("open", "resolved")
-VOCABULARY = {"tier": TIERS, "category": CATEGORIES, "stage": STAGES,
-              "severity": SEVERITIES, "status": STATUSES}
+VOCABULARY = {
+    "tier": TIERS,
+    "category": CATEGORIES,
+    "stage": STAGES,
+    "severity": SEVERITIES,
+    "status": STATUSES,
+}
 PORTS = range(1, 65536)
 
 
@@ -60,8 +65,12 @@ def read_yaml(path: str | Path, text: str | None = None) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigError([f"{path}: expected a mapping of settings at the top level, "
-                           f"found {type(data).__name__}"])
+        raise ConfigError(
+            [
+                f"{path}: expected a mapping of settings at the top level, "
+                f"found {type(data).__name__}"
+            ]
+        )
     return data
 
 
@@ -80,13 +89,17 @@ def validation_problems(exc: ValidationError, data: dict[str, Any] | None = None
     secrets)."""
     lines = []
     for err in exc.errors():
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(
-            ("function-", "tagged-union"))))
+        loc = tuple(
+            p
+            for p in err["loc"]
+            if not (isinstance(p, str) and p.startswith(("function-", "tagged-union")))
+        )
         name = _receiver_name(data, loc)
         where = _loc(loc)
         if name:  # receivers[3] (pd).timeout_s
             where = f"{_loc(loc[:2])} ({name})" + "".join(
-                f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[2:])
+                f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[2:]
+            )
         if err["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key")
             continue
@@ -113,8 +126,7 @@ def load_checked(path: str | Path | None, text: str | None = None) -> Settings:
         raise ConfigError(validation_problems(exc, data)) from None
 
 
-def check_config(path: str | Path, *, probe: bool = False, text: str | None = None
-                 ) -> list[str]:
+def check_config(path: str | Path, *, probe: bool = False, text: str | None = None) -> list[str]:
     """Every problem of the settings file ``path`` (with ``SENTINEL_*`` applied; ``text``:
     its content when it was read already, e.g. from stdin)."""
     try:
@@ -161,8 +173,10 @@ def _receiver_problems(s: Settings) -> list[str]:
                 if port is not None and port not in PORTS:
                     out.append(f"{where}: url port {port} is not a reachable port")
         if r.type == "pagerduty" and not (r.routing_key or "").strip():
-            out.append(f"{where}: a pagerduty receiver needs routing_key "
-                       "(or routing_key_env / routing_key_file)")
+            out.append(
+                f"{where}: a pagerduty receiver needs routing_key "
+                "(or routing_key_env / routing_key_file)"
+            )
         if r.type == "webhook" and r.secret is not None and not r.secret.strip():
             out.append(f"{where}: secret is empty; leave it unset for unsigned webhooks")
         for field, values in (r.match or {}).items():
@@ -176,8 +190,10 @@ def _receiver_problems(s: Settings) -> list[str]:
                 continue  # namespaces, pods, labels ...: any value
             for v in [values] if isinstance(values, str) else values:
                 if not any(str(v) == word or fnmatchcase(word, str(v)) for word in vocab):
-                    out.append(f"{where}: match.{field}: {v!r} is not a {field} "
-                               f"(one of: {', '.join(vocab)})")
+                    out.append(
+                        f"{where}: match.{field}: {v!r} is not a {field} "
+                        f"(one of: {', '.join(vocab)})"
+                    )
     return out
 
 
@@ -189,8 +205,12 @@ def _port_problems(s: Settings, probe: bool) -> list[str]:
     for where, _host, port in listens:
         if port not in PORTS:
             out.append(f"{where}.port: {port} is not a port clients can reach (1-65535)")
-    if len(listens) == 2 and listens[0][2] == listens[1][2] and listens[0][2] in PORTS and (
-            listens[0][1] == listens[1][1] or "0.0.0.0" in (listens[0][1], listens[1][1])):
+    if (
+        len(listens) == 2
+        and listens[0][2] == listens[1][2]
+        and listens[0][2] in PORTS
+        and (listens[0][1] == listens[1][1] or "0.0.0.0" in (listens[0][1], listens[1][1]))
+    ):
         out.append(f"sources.forward.port: {listens[1][2]} is also api.port")
     k = s.sources.kafka
     brokers: list[tuple[str, int]] = []
@@ -218,8 +238,9 @@ def _port_problems(s: Settings, probe: bool) -> list[str]:
                 port = url.port or (443 if url.scheme == "https" else 80)
                 err = _try_connect(url.hostname, port)
                 if err:
-                    out.append(f"receivers[{i}] ({r.name}): cannot connect to "
-                               f"{url.hostname}:{port}: {err}")
+                    out.append(
+                        f"receivers[{i}] ({r.name}): cannot connect to {url.hostname}:{port}: {err}"
+                    )
     return out
 
 
@@ -233,8 +254,9 @@ def _try_connect(host: str, port: int, timeout: float = 3.0) -> str | None:
 
 def _try_bind(host: str, port: int) -> str | None:
     try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
     except OSError as exc:
         return exc.strerror or str(exc)
     family, kind, proto, _, addr = infos[0]
@@ -255,8 +277,10 @@ def _startup_refusals(s: Settings) -> list[str]:
     level = quiet.level
     quiet.setLevel(logging.CRITICAL)  # the warnings serve prints are not problems
     try:
-        checks: list[Callable[[], None]] = [lambda: check_auth_config(s.api),
-                                            lambda: check_forward_config(s.sources.forward)]
+        checks: list[Callable[[], None]] = [
+            lambda: check_auth_config(s.api),
+            lambda: check_forward_config(s.sources.forward),
+        ]
         for check in checks:
             try:
                 check()

@@ -54,10 +54,22 @@ def predict(case: Case, clf: Classifier) -> dict[str, Any]:
     crit = [i for i in rep["incidents"] if i["severity"] == "critical"]
     if crit:
         p = crit[0]
-        return {"tier": p["tier"], "category": p["category"], "stage": p["stage"],
-                "line": p["line"], "rule": p["rule"], "method": p["method"]}
-    return {"tier": "none", "category": "healthy", "stage": rep["stage"], "line": "",
-            "rule": None, "method": None}
+        return {
+            "tier": p["tier"],
+            "category": p["category"],
+            "stage": p["stage"],
+            "line": p["line"],
+            "rule": p["rule"],
+            "method": p["method"],
+        }
+    return {
+        "tier": "none",
+        "category": "healthy",
+        "stage": rep["stage"],
+        "line": "",
+        "rule": None,
+        "method": None,
+    }
 
 
 def macro_f1(y_true: list[str], y_pred: list[str], labels: list[str]) -> float:
@@ -83,13 +95,23 @@ def score(cases: list[Case], preds: list[dict[str, Any]]) -> dict[str, Any]:
     y_true = [c.category for c in cases]
     y_pred = [p["category"] for p in preds]
     labels = sorted(set(y_true))
-    missed = [c.id for c, p in zip(cases, preds, strict=True)
-              if c.category != "healthy" and p["category"] == "healthy"]
-    false_alarms = [c.id for c, p in zip(cases, preds, strict=True)
-                    if c.category == "healthy" and p["category"] != "healthy"]
+    missed = [
+        c.id
+        for c, p in zip(cases, preds, strict=True)
+        if c.category != "healthy" and p["category"] == "healthy"
+    ]
+    false_alarms = [
+        c.id
+        for c, p in zip(cases, preds, strict=True)
+        if c.category == "healthy" and p["category"] != "healthy"
+    ]
     wrong = [
-        {"case": c.id, "expected": f"{c.tier}/{c.category}@{c.stage}",
-         "got": f"{p['tier']}/{p['category']}@{p['stage']}", "line": p["line"][:200]}
+        {
+            "case": c.id,
+            "expected": f"{c.tier}/{c.category}@{c.stage}",
+            "got": f"{p['tier']}/{p['category']}@{p['stage']}",
+            "line": p["line"][:200],
+        }
         for c, p in zip(cases, preds, strict=True)
         if (c.category, c.tier) != (p["category"], p["tier"]) or (c.stage and c.stage != p["stage"])
     ]
@@ -138,22 +160,28 @@ def ablation(directory: Path) -> dict[str, Any]:
             hyb_ok += h["category"] == case.category
             tier_sig += s["tier"] == case.tier
             tier_hyb += h["tier"] == case.tier
-    return {"cases": n, "rules_removed": len(by_rule),
-            "signatures_category_accuracy": round(sig_ok / n, 4) if n else 0.0,
-            "hybrid_category_accuracy": round(hyb_ok / n, 4) if n else 0.0,
-            "signatures_tier_accuracy": round(tier_sig / n, 4) if n else 0.0,
-            "hybrid_tier_accuracy": round(tier_hyb / n, 4) if n else 0.0}
+    return {
+        "cases": n,
+        "rules_removed": len(by_rule),
+        "signatures_category_accuracy": round(sig_ok / n, 4) if n else 0.0,
+        "hybrid_category_accuracy": round(hyb_ok / n, 4) if n else 0.0,
+        "signatures_tier_accuracy": round(tier_sig / n, 4) if n else 0.0,
+        "hybrid_tier_accuracy": round(tier_hyb / n, 4) if n else 0.0,
+    }
 
 
 def main(directory: str, mode: str = "all", as_json: bool = False) -> int:
     if mode == "ablation":
         r = ablation(Path(directory))
-        print(json.dumps(r, indent=2) if as_json else
-              f"== ablation (deciding signature removed): {r['cases']} cases, "
-              f"{r['rules_removed']} rules  category accuracy: signatures "
-              f"{r['signatures_category_accuracy']:.3f} vs hybrid {r['hybrid_category_accuracy']:.3f}"
-              f"  tier accuracy: signatures {r['signatures_tier_accuracy']:.3f} vs hybrid "
-              f"{r['hybrid_tier_accuracy']:.3f}")
+        print(
+            json.dumps(r, indent=2)
+            if as_json
+            else f"== ablation (deciding signature removed): {r['cases']} cases, "
+            f"{r['rules_removed']} rules  category accuracy: signatures "
+            f"{r['signatures_category_accuracy']:.3f} vs hybrid {r['hybrid_category_accuracy']:.3f}"
+            f"  tier accuracy: signatures {r['signatures_tier_accuracy']:.3f} vs hybrid "
+            f"{r['hybrid_tier_accuracy']:.3f}"
+        )
         return 0
     modes = MODES if mode == "all" else (mode,)
     results = {m: evaluate(Path(directory), m) for m in modes}
@@ -161,13 +189,14 @@ def main(directory: str, mode: str = "all", as_json: bool = False) -> int:
         print(json.dumps(results, indent=2))
         return 0
     for m, r in results.items():
-        print(f"== {m}: {r['cases']} cases  tier accuracy {r['tier_accuracy']:.3f}  "
-              f"category macro-F1 {r['category_macro_f1']:.3f}  "
-              f"stage accuracy {r['stage_accuracy']:.3f}  missed {len(r['missed_failures'])}  "
-              f"false alarms {len(r['false_alarms'])}")
+        print(
+            f"== {m}: {r['cases']} cases  tier accuracy {r['tier_accuracy']:.3f}  "
+            f"category macro-F1 {r['category_macro_f1']:.3f}  "
+            f"stage accuracy {r['stage_accuracy']:.3f}  missed {len(r['missed_failures'])}  "
+            f"false alarms {len(r['false_alarms'])}"
+        )
         if m == modes[-1] or len(modes) == 1:
             for w in r["wrong"]:
-                print(f"   {w['case']}: expected {w['expected']} got {w['got']}\n"
-                      f"      {w['line']}")
+                print(f"   {w['case']}: expected {w['expected']} got {w['got']}\n      {w['line']}")
     sys.stdout.flush()
     return 0

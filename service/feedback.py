@@ -27,8 +27,7 @@ def training_text(line: str | None) -> str:
     return (parsed.message or parsed.text).strip()
 
 
-def corrections(feedback: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]],
-                                                               dict[str, int]]:
+def corrections(feedback: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """Rows of :meth:`Store.list_feedback` (newest first) → (corrections, skipped counts)."""
     out: list[dict[str, Any]] = []
     skipped = {"older_feedback": 0, "no_category": 0, "no_line": 0, "unknown_category": 0}
@@ -49,8 +48,14 @@ def corrections(feedback: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]
         if not text:
             skipped["no_line"] += 1
             continue
-        out.append({"text": text, "category": category, "incident_id": row["incident_id"],
-                    "correct": bool(row["correct"])})
+        out.append(
+            {
+                "text": text,
+                "category": category,
+                "incident_id": row["incident_id"],
+                "correct": bool(row["correct"]),
+            }
+        )
     out.reverse()  # oldest first: a stable file as feedback accumulates
     return out, skipped
 

@@ -24,8 +24,10 @@ REJECTS = Counter(
     registry=REGISTRY,
 )
 FINDINGS = Counter(
-    "sentinel_findings_total", "Findings emitted, by category and method.",
-    ["category", "method"], registry=REGISTRY,
+    "sentinel_findings_total",
+    "Findings emitted, by category and method.",
+    ["category", "method"],
+    registry=REGISTRY,
 )
 DISAGREEMENTS = Counter(
     "sentinel_model_disagreements_total",
@@ -36,21 +38,25 @@ INCIDENTS_OPEN = Gauge(
     "sentinel_incidents_open",
     "Open incidents in the store, by tier and category (read from the store at each scrape: "
     "the same numbers on every replica, aggregate with max).",
-    ["tier", "category"], registry=REGISTRY,
+    ["tier", "category"],
+    registry=REGISTRY,
 )
 ALERTS_PENDING = Gauge(
     "sentinel_alerts_pending",
     "Deliveries not sent yet (waiting, backing off or held), by receiver.",
-    ["receiver"], registry=REGISTRY,
+    ["receiver"],
+    registry=REGISTRY,
 )
 ALERTS_PENDING_AGE = Gauge(
     "sentinel_alerts_pending_oldest_seconds",
     "Age of the oldest delivery not sent yet, by receiver (0 when none).",
-    ["receiver"], registry=REGISTRY,
+    ["receiver"],
+    registry=REGISTRY,
 )
 OUTBOX_PENDING = Gauge(
     "sentinel_outbox_pending",
-    "Incident changes committed but not yet turned into deliveries.", registry=REGISTRY,
+    "Incident changes committed but not yet turned into deliveries.",
+    registry=REGISTRY,
 )
 OUTBOX_PENDING_AGE = Gauge(
     "sentinel_outbox_pending_oldest_seconds",
@@ -60,22 +66,28 @@ OUTBOX_PENDING_AGE = Gauge(
 STORE_ERRORS = Counter(
     "sentinel_store_errors_total",
     "Database operations that failed (connection lost, timeout, constraint ...), by read/write.",
-    ["op"], registry=REGISTRY,
+    ["op"],
+    registry=REGISTRY,
 )
 for _op in ("read", "write"):
     STORE_ERRORS.labels(op=_op)  # exposed at 0 from the start (rate() and dashboards)
 DELIVERIES = Counter(
-    "sentinel_deliveries_total", "Webhook deliveries, by receiver and outcome.",
-    ["receiver", "outcome"], registry=REGISTRY,
+    "sentinel_deliveries_total",
+    "Webhook deliveries, by receiver and outcome.",
+    ["receiver", "outcome"],
+    registry=REGISTRY,
 )
 CONSUMER_LAG = Gauge(
-    "sentinel_consumer_lag", "Kafka consumer lag (messages), by topic and partition.",
-    ["topic", "partition"], registry=REGISTRY,
+    "sentinel_consumer_lag",
+    "Kafka consumer lag (messages), by topic and partition.",
+    ["topic", "partition"],
+    registry=REGISTRY,
 )
 QUARANTINED = Counter(
     "sentinel_quarantined_total",
     "Records whose classification raised: stored in the quarantine table, position committed.",
-    ["source"], registry=REGISTRY,
+    ["source"],
+    registry=REGISTRY,
 )
 MODEL_LOADED = Gauge(
     "sentinel_text_model_loaded",
@@ -88,8 +100,10 @@ MODEL_LOAD_FAILURES = Counter(
     registry=REGISTRY,
 )
 ALERT_LATENCY = Histogram(
-    "sentinel_alert_latency_seconds", "From incident change to webhook accepted.",
-    ["receiver"], registry=REGISTRY,
+    "sentinel_alert_latency_seconds",
+    "From incident change to webhook accepted.",
+    ["receiver"],
+    registry=REGISTRY,
     # group_wait (1 s) + fleet hold (20 s) + a few retries fit under a minute
     buckets=(0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 15, 20, 25, 30, 45, 60, float("inf")),
 )

@@ -136,8 +136,15 @@ class Pipeline:
         # (forward / HTTP behind a load balancer) never overwrite each other's snapshot
         self._versions: dict[str, int | None] = {}
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline")
-        self.counters = {"batches": 0, "records": 0, "skipped": 0, "duplicate_chunks": 0,
-                         "stale": 0, "quarantined": 0, "evicted": 0}
+        self.counters = {
+            "batches": 0,
+            "records": 0,
+            "skipped": 0,
+            "duplicate_chunks": 0,
+            "stale": 0,
+            "quarantined": 0,
+            "evicted": 0,
+        }
         self._quarantine_logged = float("-inf")
         self.last_commit_s = 0.0
 
@@ -146,8 +153,9 @@ class Pipeline:
         """Classify and commit one batch (synchronous; returns once durable)."""
         self._run(records, source, None)
 
-    async def submit(self, records: list[LogRecord], source: str,
-                     chunk_id: str | None = None) -> bool:
+    async def submit(
+        self, records: list[LogRecord], source: str, chunk_id: str | None = None
+    ) -> bool:
         """Forward / HTTP sources: returns once the batch is durable (then ack); False when
         ``chunk_id`` was committed before (nothing applied: a resent chunk)."""
         loop = asyncio.get_running_loop()
@@ -260,28 +268,50 @@ class Pipeline:
         self.counters["quarantined"] += 1
         now = time.monotonic()
         if now - self._quarantine_logged >= QUARANTINE_LOG_EVERY_S:
-            log.error("quarantined a record of stream %.120s (%s: %.200s); %d quarantined so "
-                      "far, see GET /quarantine", rec.stream, type(exc).__name__, exc,
-                      self.counters["quarantined"], exc_info=exc)
+            log.error(
+                "quarantined a record of stream %.120s (%s: %.200s); %d quarantined so "
+                "far, see GET /quarantine",
+                rec.stream,
+                type(exc).__name__,
+                exc,
+                self.counters["quarantined"],
+                exc_info=exc,
+            )
             self._quarantine_logged = now
         text = rec.text if isinstance(rec.text, str) else str(rec.text)
-        return {"source": source[:64], "stream": rec.stream[:1024], "position": rec.position,
-                "reason": type(exc).__name__[:64], "error": str(exc)[:2000],
-                "text": text[:QUARANTINE_TEXT_CAP], "length": len(text)}
+        return {
+            "source": source[:64],
+            "stream": rec.stream[:1024],
+            "position": rec.position,
+            "reason": type(exc).__name__[:64],
+            "error": str(exc)[:2000],
+            "text": text[:QUARANTINE_TEXT_CAP],
+            "length": len(text),
+        }
 
-    def _effects(self, touched: dict[str, None], changed: dict[str, tuple[Incident, list[str]]],
-                 advance: dict[str, int], source: str, chunk_id: str | None) -> BatchEffects:
+    def _effects(
+        self,
+        touched: dict[str, None],
+        changed: dict[str, tuple[Incident, list[str]]],
+        advance: dict[str, int],
+        source: str,
+        chunk_id: str | None,
+    ) -> BatchEffects:
         return BatchEffects(
             streams={k: bounded_state(self.classifier.state(k).to_dict()) for k in touched},
             incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
-            positions=[PositionAdvance(source, part, self._applied[(source, part)], off)
-                       for part, off in advance.items()],
-            chunk_id=chunk_id, at=self.clock(),
+            positions=[
+                PositionAdvance(source, part, self._applied[(source, part)], off)
+                for part, off in advance.items()
+            ],
+            chunk_id=chunk_id,
+            at=self.clock(),
             stream_versions={k: self._versions[k] for k in touched if k in self._versions},
         )
 
-    def _commit(self, eff: BatchEffects, touched: dict[str, None], advance: dict[str, int],
-                source: str) -> bool:
+    def _commit(
+        self, eff: BatchEffects, touched: dict[str, None], advance: dict[str, int], source: str
+    ) -> bool:
         """Commit ``eff``; False when the chunk was applied already (nothing written)."""
         started = time.perf_counter()
         try:
@@ -307,8 +337,11 @@ class Pipeline:
         return True
 
     @staticmethod
-    def _collect(changes: list[Change], changed: dict[str, tuple[Incident, list[str]]],
-                 touched: dict[str, None]) -> None:
+    def _collect(
+        changes: list[Change],
+        changed: dict[str, tuple[Incident, list[str]]],
+        touched: dict[str, None],
+    ) -> None:
         """Per incident: its (latest) object and the kinds of change, in order."""
         for ch in changes:
             _, kinds = changed.get(ch.incident.id, (ch.incident, []))
@@ -322,8 +355,9 @@ class Pipeline:
         body = bounded_incident(inc.to_dict())
         notifiable = collapse_kinds(kinds)
         notify = self.router is None or any(self.router.wants(body, k) for k in notifiable)
-        return IncidentWrite(body=body, summary=bounded_incident(inc.summary()),
-                             kinds=notifiable, notify=notify)
+        return IncidentWrite(
+            body=body, summary=bounded_incident(inc.summary()), kinds=notifiable, notify=notify
+        )
 
     def _applied_position(self, source: str, part: str) -> int | None:
         key = (source, part)
@@ -365,8 +399,12 @@ class Pipeline:
                 if idle < self.idle_evict_s:
                     break  # least recently touched first: the rest are younger
                 st = self.classifier.streams.get(key)
-                if (st is not None and st.status == STARTING and st.current() is None
-                        and idle < self.idle_evict_s + self._startup_hold_s):
+                if (
+                    st is not None
+                    and st.status == STARTING
+                    and st.current() is None
+                    and idle < self.idle_evict_s + self._startup_hold_s
+                ):
                     continue
                 del self._recent[key]
                 self._drop_stream(key)

@@ -64,8 +64,13 @@ class RateLimiter:
     """Per-key "may I?" with a suppressed count; thread-safe, at most ``max_keys`` keys (the
     oldest is forgotten first)."""
 
-    def __init__(self, interval: float = DEFAULT_INTERVAL, *, max_keys: int = MAX_KEYS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        interval: float = DEFAULT_INTERVAL,
+        *,
+        max_keys: int = MAX_KEYS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.interval = interval
         self.max_keys = max_keys
         self.clock = clock
@@ -92,8 +97,14 @@ class RateLimiter:
 class RateLimitedLog:
     """A logger wrapper writing at most one line per ``interval`` per key."""
 
-    def __init__(self, logger: logging.Logger | str, interval: float = DEFAULT_INTERVAL, *,
-                 max_chars: int = MAX_CHARS, limiter: RateLimiter | None = None) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger | str,
+        interval: float = DEFAULT_INTERVAL,
+        *,
+        max_chars: int = MAX_CHARS,
+        limiter: RateLimiter | None = None,
+    ) -> None:
         self.logger = logging.getLogger(logger) if isinstance(logger, str) else logger
         self.max_chars = max_chars
         self.limiter = limiter or RateLimiter(interval)
@@ -141,8 +152,10 @@ class RejectLogFilter(logging.Filter):
             return False
         record.args = tuple(_clip_arg(a, self.log.max_chars) for a in args) or record.args
         if held:
-            record.msg = f"{record.msg} ({held} more like this suppressed in the last " \
-                         f"{self.log.limiter.interval:.0f} s)"
+            record.msg = (
+                f"{record.msg} ({held} more like this suppressed in the last "
+                f"{self.log.limiter.interval:.0f} s)"
+            )
         return True
 
 
@@ -160,8 +173,7 @@ def loop_exception_handler(loop: Any, context: dict[str, Any]) -> None:
     message = str(context.get("message", ""))
     if "out of system resource" in message:
         exc = context.get("exception")
-        _LOOP_LOG.error(("loop", message), "%s: %s (listener backs off and retries)",
-                        message, exc)
+        _LOOP_LOG.error(("loop", message), "%s: %s (listener backs off and retries)", message, exc)
         return
     loop.default_exception_handler(context)
 
@@ -178,8 +190,9 @@ def reject(source: str, reason: str, detail: Any = "") -> None:
     with at most :data:`MAX_CHARS` characters of ``detail``; never raises."""
     metrics.REJECTS.labels(source=source, reason=reason).inc()
     with contextlib.suppress(Exception):  # logging must never break ingest
-        REJECTS_LOG.warning((source, reason), "rejected input from %s: %s %s",
-                            source, reason, detail)
+        REJECTS_LOG.warning(
+            (source, reason), "rejected input from %s: %s %s", source, reason, detail
+        )
 
 
 install_reject_filter()

@@ -23,9 +23,12 @@ def shipped_dir(name: str) -> Path:
     try:
         root = files(package)
     except ModuleNotFoundError as exc:
-        raise RuntimeError(f"{package} is not installed: install vllm-sentinel (pip install "
-                           f"-e . in a checkout, or its wheel)") from exc
+        raise RuntimeError(
+            f"{package} is not installed: install vllm-sentinel (pip install "
+            f"-e . in a checkout, or its wheel)"
+        ) from exc
     if not isinstance(root, Path):
-        raise RuntimeError(f"{package} is not a directory ({root!r}): install vllm-sentinel "
-                           "unzipped")
+        raise RuntimeError(
+            f"{package} is not a directory ({root!r}): install vllm-sentinel unzipped"
+        )
     return root.resolve()

@@ -37,8 +37,15 @@ STAGE_INDEX = {s: i for i, s in enumerate(STAGES)}
 
 # The four families on-call cares most about (docs/taxonomy.md): never confuse them.
 CRITICAL_CATEGORIES = frozenset(
-    {"driver_incompatible", "nccl_error", "mlx5_registration",
-     "oom_weights", "oom_kv_cache", "oom_runtime", "host_memory"}
+    {
+        "driver_incompatible",
+        "nccl_error",
+        "mlx5_registration",
+        "oom_weights",
+        "oom_kv_cache",
+        "oom_runtime",
+        "host_memory",
+    }
 )
 
 

@@ -22,17 +22,34 @@ def rulebook() -> RuleBook:
 # tests that need real services (`integration`: broker, PostgreSQL), these modules (they start
 # servers, brokers, browsers or Prometheus, run dispatchers in real time, build the wheel,
 # train the model or compare two scans of every corpus log) and these tests.
-SLOW_MODULES = frozenset({
-    "test_alertmanager", "test_blockscan", "test_delivery_crash", "test_delivery_guarantees",
-    "test_e2e_fleet", "test_e2e_restarts", "test_e2e_service", "test_forward",
-    "test_forward_limits", "test_kafka_source", "test_notify_dispatcher", "test_notify_fleet",
-    "test_otlp", "test_prometheus", "test_readiness_recovery", "test_training",
-    "test_ui_browser", "test_wheel",
-})
-SLOW_TESTS = frozenset({
-    "test_feedback_export::test_feedback_export_feeds_training",  # trains a model
-    "test_hostile_lines::test_probes_answer_while_crafted_lines_arrive_and_a_real_oom_still_opens",
-})
+SLOW_MODULES = frozenset(
+    {
+        "test_alertmanager",
+        "test_blockscan",
+        "test_delivery_crash",
+        "test_delivery_guarantees",
+        "test_e2e_fleet",
+        "test_e2e_restarts",
+        "test_e2e_service",
+        "test_forward",
+        "test_forward_limits",
+        "test_kafka_source",
+        "test_notify_dispatcher",
+        "test_notify_fleet",
+        "test_otlp",
+        "test_prometheus",
+        "test_readiness_recovery",
+        "test_training",
+        "test_ui_browser",
+        "test_wheel",
+    }
+)
+SLOW_TESTS = frozenset(
+    {
+        "test_feedback_export::test_feedback_export_feeds_training",  # trains a model
+        "test_hostile_lines::test_probes_answer_while_crafted_lines_arrive_and_a_real_oom_still_opens",
+    }
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

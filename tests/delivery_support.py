@@ -23,28 +23,40 @@ def _template() -> dict[str, Any]:
     """A real incident (a KV-cache OOM, not fleet-prone) as the classifier stores it."""
     clf = classifier()
     last = None
-    for rec in kafka_records(REAL / "kv-cache-too-small.cri.log", stream="t/t/vllm",
-                             meta=k8s("t", "t")):
+    for rec in kafka_records(
+        REAL / "kv-cache-too-small.cri.log", stream="t/t/vllm", meta=k8s("t", "t")
+    ):
         for ch in clf.feed(rec):
             last = ch.incident
     assert last is not None
     return last.to_dict()
 
 
-def incident_body(n: int, *, prefix: str = "load", status: str = "open",
-                  at: float | None = None, namespace: str = "load") -> dict[str, Any]:
+def incident_body(
+    n: int,
+    *,
+    prefix: str = "load",
+    status: str = "open",
+    at: float | None = None,
+    namespace: str = "load",
+) -> dict[str, Any]:
     at = time.time() if at is None else at
     body = copy.deepcopy(_template())
     pod = f"{prefix}-{n}"
-    body.update(id=f"{prefix}-{n:05d}", stream=f"{namespace}/{pod}/vllm",
-                meta={**k8s(namespace, pod)}, opened_at=at, updated_at=at, status=status)
+    body.update(
+        id=f"{prefix}-{n:05d}",
+        stream=f"{namespace}/{pod}/vllm",
+        meta={**k8s(namespace, pod)},
+        opened_at=at,
+        updated_at=at,
+        status=status,
+    )
     if status == "resolved":
         body.update(resolved_at=at, resolution="the workload started serving")
     return body
 
 
-def write_change(store: Store, body: dict[str, Any], kind: str, at: float | None = None
-                 ) -> None:
+def write_change(store: Store, body: dict[str, Any], kind: str, at: float | None = None) -> None:
     """Commit one notifiable change of an incident (with its outbox event)."""
     summary = Incident.from_dict(body).summary()
     eff = BatchEffects(incidents=[IncidentWrite(body, summary, kinds=[kind])])
@@ -105,8 +117,9 @@ def last_versions(requests: list[Request]) -> dict[tuple[str, str], tuple[int, s
             continue
         inc_id, _, v = (r.header("X-Sentinel-Event-Id") or "").rpartition(".v")
         body = r.json()
-        kind = body.get("event") or ("resolved" if body.get("event_action") == "resolve"
-                                     else "trigger")
+        kind = body.get("event") or (
+            "resolved" if body.get("event_action") == "resolve" else "trigger"
+        )
         prev = out.get((r.path, inc_id))
         if prev is None or int(v) >= prev[0]:
             out[(r.path, inc_id)] = (int(v), kind)

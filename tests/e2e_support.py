@@ -55,8 +55,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str,
-               interval: float = 0.1) -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1
+) -> Any:
     """Poll ``predicate`` until it returns something truthy (returned) or fail after
     ``timeout`` seconds, naming ``what``."""
     deadline = time.monotonic() + timeout
@@ -76,14 +77,18 @@ def iso_ns(t: float) -> str:
     return d.strftime("%Y-%m-%dT%H:%M:%S.%f") + "000Z"
 
 
-def kubernetes_map(namespace: str, pod: str, node: str = "gpu-node-1",
-                   container: str = "vllm") -> dict[str, Any]:
+def kubernetes_map(
+    namespace: str, pod: str, node: str = "gpu-node-1", container: str = "vllm"
+) -> dict[str, Any]:
     cid = uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{pod}").hex * 2
     return {
-        "pod_name": pod, "namespace_name": namespace, "pod_id": str(uuid.uuid5(
-            uuid.NAMESPACE_DNS, pod)),
+        "pod_name": pod,
+        "namespace_name": namespace,
+        "pod_id": str(uuid.uuid5(uuid.NAMESPACE_DNS, pod)),
         "labels": {"app.kubernetes.io/name": "vllm", "pod-template-hash": "7d9f8b6c4"},
-        "host": node, "container_name": container, "docker_id": cid,
+        "host": node,
+        "container_name": container,
+        "docker_id": cid,
         "container_hash": f"docker.io/{IMAGE}@sha256:" + "4b1d" * 16,
         "container_image": IMAGE,
     }
@@ -97,8 +102,14 @@ def log_lines(path: Path | str) -> list[tuple[float | None, str, str]]:
     return [(r.time, r.meta.get("fd") or "stdout", r.text) for r in read_files([str(path)])]
 
 
-def fluent_bit_records(path: Path | str, namespace: str, pod: str, *, end: float | None = None,
-                       node: str = "gpu-node-1") -> list[dict[str, Any]]:
+def fluent_bit_records(
+    path: Path | str,
+    namespace: str,
+    pod: str,
+    *,
+    end: float | None = None,
+    node: str = "gpu-node-1",
+) -> list[dict[str, Any]]:
     """The records Fluent Bit (tail + cri/docker multiline + kubernetes filter + the
     sentinel_key Lua filter) ships to Kafka for one container's log, ending at ``end``."""
     lines = log_lines(path)
@@ -109,10 +120,21 @@ def fluent_bit_records(path: Path | str, namespace: str, pod: str, *, end: float
     out = []
     for i, (t, fd, text) in enumerate(lines):
         # keep the capture's spacing, end now; lines without a time: 1 ms apart
-        at = end - (last - t) if (t is not None and last is not None) else \
-            end - (len(lines) - i) * 0.001
-        out.append({"@timestamp": iso_ns(at), "stream": fd, "_p": "F", "log": text,
-                    "kubernetes": kube, "sentinel_key": f"{namespace}/{pod}"})
+        at = (
+            end - (last - t)
+            if (t is not None and last is not None)
+            else end - (len(lines) - i) * 0.001
+        )
+        out.append(
+            {
+                "@timestamp": iso_ns(at),
+                "stream": fd,
+                "_p": "F",
+                "log": text,
+                "kubernetes": kube,
+                "sentinel_key": f"{namespace}/{pod}",
+            }
+        )
     return out
 
 
@@ -128,8 +150,9 @@ def partition_of(key: bytes, partitions: int) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
-def pods_per_partition(namespace: str, prefix: str, partitions: int, per_partition: int
-                       ) -> list[str]:
+def pods_per_partition(
+    namespace: str, prefix: str, partitions: int, per_partition: int
+) -> list[str]:
     """Pod names whose keys spread evenly: ``per_partition`` on each partition."""
     want = {p: per_partition for p in range(partitions)}
     pods: list[str] = []
@@ -158,8 +181,13 @@ def interleave(streams: Iterable[list[Any]]) -> list[Any]:
     return out
 
 
-def produce(bootstrap: str, topic: str, messages: Iterable[tuple[bytes | None, bytes]],
-            *, pace: Callable[[int], None] | None = None) -> int:
+def produce(
+    bootstrap: str,
+    topic: str,
+    messages: Iterable[tuple[bytes | None, bytes]],
+    *,
+    pace: Callable[[int], None] | None = None,
+) -> int:
     """Send ``(key, value)`` messages with kafka-python (murmur2 on the key), in order;
     ``pace(i)`` is called before message ``i`` (throttling). Returns the count, all acked."""
     from kafka import KafkaProducer
@@ -190,8 +218,9 @@ class Expected:
     notifiable: dict[str, list[str]] = field(default_factory=dict)  # id → change kinds
 
     @classmethod
-    def of(cls, messages: Iterable[tuple[bytes | None, bytes | None]],
-           use_model: bool = True) -> Expected:
+    def of(
+        cls, messages: Iterable[tuple[bytes | None, bytes | None]], use_model: bool = True
+    ) -> Expected:
         from service.classify.loader import build_classifier
         from service.ingest.kafka_value import decode_kafka_value
 
@@ -206,8 +235,9 @@ class Expected:
                         exp.notifiable.setdefault(ch.incident.id, []).append(ch.kind)
         for key, st in clf.streams.items():
             exp.lines[key] = st.seq
-        exp.incidents = {i: inc.summary() | {"stream": inc.stream, "meta": inc.meta}
-                         for i, inc in latest.items()}
+        exp.incidents = {
+            i: inc.summary() | {"stream": inc.stream, "meta": inc.meta} for i, inc in latest.items()
+        }
         return exp
 
     def critical(self) -> dict[str, dict[str, Any]]:
@@ -215,36 +245,63 @@ class Expected:
 
 
 # ---- the service process -------------------------------------------------------------------
-def service_config(*, store_url: str, api_port: int, kafka: dict[str, Any] | None = None,
-                   forward_port: int | None = None, receivers: list[dict[str, Any]] = (),
-                   token: str | None = None, notify: dict[str, Any] | None = None,
-                   **extra: Any) -> dict[str, Any]:
+def service_config(
+    *,
+    store_url: str,
+    api_port: int,
+    kafka: dict[str, Any] | None = None,
+    forward_port: int | None = None,
+    receivers: list[dict[str, Any]] = (),
+    token: str | None = None,
+    notify: dict[str, Any] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     cfg: dict[str, Any] = {
         "api": {"host": "127.0.0.1", "port": api_port, "token": token},
         "store": {"url": store_url},
         "sources": {
             "kafka": kafka,
-            "forward": None if forward_port is None else {"host": "127.0.0.1",
-                                                          "port": forward_port},
+            "forward": None
+            if forward_port is None
+            else {"host": "127.0.0.1", "port": forward_port},
             "http": True,
         },
         "receivers": list(receivers),
-        "notify": {"group_wait_s": 0.5, "backoff_base_s": 0.2, "backoff_max_s": 1.0,
-                   "external_url": f"http://127.0.0.1:{api_port}", **(notify or {})},
+        "notify": {
+            "group_wait_s": 0.5,
+            "backoff_base_s": 0.2,
+            "backoff_max_s": 1.0,
+            "external_url": f"http://127.0.0.1:{api_port}",
+            **(notify or {}),
+        },
     }
     cfg.update(extra)
     return cfg
 
 
-def kafka_source(bootstrap: str, topic: str, group: str, client: str = "kafka-python",
-                 **changes: Any) -> dict[str, Any]:
-    return {"bootstrap": bootstrap, "topics": [topic], "group": group, "client": client,
-            **FAST_KAFKA, **changes}
+def kafka_source(
+    bootstrap: str, topic: str, group: str, client: str = "kafka-python", **changes: Any
+) -> dict[str, Any]:
+    return {
+        "bootstrap": bootstrap,
+        "topics": [topic],
+        "group": group,
+        "client": client,
+        **FAST_KAFKA,
+        **changes,
+    }
 
 
 def webhook(url: str, name: str = "oncall", **changes: Any) -> dict[str, Any]:
-    return {"name": name, "type": "webhook", "url": url, "secret": SECRET, "timeout_s": 2.0,
-            "rate_limit_per_minute": 600, **changes}
+    return {
+        "name": name,
+        "type": "webhook",
+        "url": url,
+        "secret": SECRET,
+        "timeout_s": 2.0,
+        "rate_limit_per_minute": 600,
+        **changes,
+    }
 
 
 class Sentinel:
@@ -266,14 +323,20 @@ class Sentinel:
     def start(self) -> Sentinel:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         env = {k: v for k, v in os.environ.items() if not k.startswith("SENTINEL_")}
-        cmd = [str(SENTINEL_BIN)] if SENTINEL_BIN.exists() else \
-            [sys.executable, "-m", "service.cli"]
+        cmd = (
+            [str(SENTINEL_BIN)] if SENTINEL_BIN.exists() else [sys.executable, "-m", "service.cli"]
+        )
         self.starts += 1
         with self.log_path.open("ab") as log:
             log.write(f"\n===== start {self.starts} =====\n".encode())
             self.proc = subprocess.Popen(
-                [*cmd, "serve", "--config", str(self.config_path)], cwd=ROOT, env=env,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                [*cmd, "serve", "--config", str(self.config_path)],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         return self
 
     @property
@@ -287,8 +350,9 @@ class Sentinel:
     def wait_ready(self, timeout: float = 40.0) -> Sentinel:
         def ready() -> bool:
             if not self.alive():
-                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n"
-                                     f"{self.log_tail()}")
+                raise AssertionError(
+                    f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 return self.http.get("/readyz", timeout=2.0).status_code == 200
             except httpx.HTTPError:
@@ -418,16 +482,20 @@ HEALTHY_LOG = REAL / "healthy-serving-prefix-caching-sigterm.cri.log"
 _STARTUP_DONE = "Application startup complete."
 
 
-def serving_records(namespace: str, pod: str, n_lines: int, *, end: float | None = None,
-                    step_s: float = 0.01) -> list[dict[str, Any]]:
+def serving_records(
+    namespace: str, pod: str, n_lines: int, *, end: float | None = None, step_s: float = 0.01
+) -> list[dict[str, Any]]:
     """A healthy pod that started and keeps serving: the real startup of
     :data:`HEALTHY_LOG`, then its serving lines (access log, engine stats) over and over,
     ``n_lines`` in all, ``step_s`` apart, the last at ``end``."""
     recs = fluent_bit_records(HEALTHY_LOG, namespace, pod)
     ready = next(i for i, r in enumerate(recs) if r["log"].endswith(_STARTUP_DONE))
     head = recs[: ready + 1]
-    loop = [r for r in recs[ready + 1:] if "[shutdown]" not in r["log"]
-            and ("HTTP/1.1" in r["log"] or "Engine 000:" in r["log"])]
+    loop = [
+        r
+        for r in recs[ready + 1 :]
+        if "[shutdown]" not in r["log"] and ("HTTP/1.1" in r["log"] or "Engine 000:" in r["log"])
+    ]
     out = list(head[:n_lines])
     i = 0
     while len(out) < n_lines:

@@ -37,19 +37,26 @@ class Count(logging.Handler):
 async def api(scope: dict, receive: object, send: object) -> None:  # a minimal ASGI app
     if scope["type"] != "http":
         return
-    await send({"type": "http.response.start", "status": 200,  # type: ignore[operator]
-                "headers": [(b"content-type", b"text/plain")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,  # type: ignore[operator]
+            "headers": [(b"content-type", b"text/plain")],
+        }
+    )
     await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
 
 
 def accept_errors() -> float:
-    return sum(s.value for m in ACCEPT_ERRORS.collect() for s in m.samples
-               if s.name.endswith("_total"))
+    return sum(
+        s.value for m in ACCEPT_ERRORS.collect() for s in m.samples if s.name.endswith("_total")
+    )
 
 
 async def main() -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, resource.getrlimit(
-        resource.RLIMIT_NOFILE)[1]))
+    resource.setrlimit(
+        resource.RLIMIT_NOFILE, (FD_LIMIT, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+    )
     count = Count()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     logging.getLogger().addHandler(count)
@@ -61,14 +68,17 @@ async def main() -> None:
 
     forward = ForwardServer(sink, port=0, self_hostname="fd-child")  # default cap 512
     await forward.start()
-    server = uvicorn.Server(uvicorn.Config(api, host="127.0.0.1", port=0, log_level="warning",
-                                           lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(api, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    )
     serving = asyncio.create_task(server.serve())
     while not server.started:
         await asyncio.sleep(0.02)
     api_port = server.servers[0].sockets[0].getsockname()[1]
-    print(json.dumps({"forward": forward.port, "api": api_port,
-                      "cap": forward.max_connections}), flush=True)
+    print(
+        json.dumps({"forward": forward.port, "api": api_port, "cap": forward.max_connections}),
+        flush=True,
+    )
     held: list[int] = []
     while True:
         command = (await asyncio.to_thread(sys.stdin.readline)).strip()
@@ -85,8 +95,12 @@ async def main() -> None:
             answer = {"released": len(held)}
             held = []
         elif command == "stats":
-            answer = {"open": forward.open_connections, "errors": count.by_logger,
-                      "longest": count.longest, "accept_errors": accept_errors()}
+            answer = {
+                "open": forward.open_connections,
+                "errors": count.by_logger,
+                "longest": count.longest,
+                "accept_errors": accept_errors(),
+            }
         else:
             break
         print(json.dumps(answer), flush=True)

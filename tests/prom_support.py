@@ -63,14 +63,19 @@ class Server:
 
     def start(self, timeout: float = 30.0) -> Server:
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(self.command(), cwd=self.workdir,
-                                         stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
         def ready() -> bool:
             if self.proc is not None and self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n"
-                                     f"{self.log_tail()}")
+                raise AssertionError(
+                    f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
             try:
                 return self.http.get("/-/ready", timeout=2.0).status_code == 200
             except httpx.HTTPError:
@@ -112,27 +117,44 @@ class Alertmanager(Server):
         super().__init__(workdir)
         self.bin = binary("prometheus-alertmanager")
         self.config_path = workdir / "alertmanager.yml"
-        self.config_path.write_text(yaml.safe_dump({
-            "route": {"receiver": "hook", "group_by": ["incident"], "group_wait": "1s",
-                      "group_interval": "1s", "repeat_interval": "1h"},
-            "receivers": [{"name": "hook", "webhook_configs": [
-                {"url": hook_url, "send_resolved": True}]}],
-        }))
+        self.config_path.write_text(
+            yaml.safe_dump(
+                {
+                    "route": {
+                        "receiver": "hook",
+                        "group_by": ["incident"],
+                        "group_wait": "1s",
+                        "group_interval": "1s",
+                        "repeat_interval": "1h",
+                    },
+                    "receivers": [
+                        {
+                            "name": "hook",
+                            "webhook_configs": [{"url": hook_url, "send_resolved": True}],
+                        }
+                    ],
+                }
+            )
+        )
 
     def command(self) -> list[str]:
         storage = self.workdir / "am-data"
         storage.mkdir(exist_ok=True)
-        return [self.bin, f"--config.file={self.config_path}", f"--storage.path={storage}",
-                f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
-                "--log.level=info"]
+        return [
+            self.bin,
+            f"--config.file={self.config_path}",
+            f"--storage.path={storage}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+            "--log.level=info",
+        ]
 
     def alerts(self, **filters: str) -> list[dict[str, Any]]:
         """``GET /api/v2/alerts`` (active, silenced and inhibited; not resolved), keeping those
         whose labels include ``filters``."""
         r = self.http.get("/api/v2/alerts")
         r.raise_for_status()
-        return [a for a in r.json()
-                if all(a["labels"].get(k) == v for k, v in filters.items())]
+        return [a for a in r.json() if all(a["labels"].get(k) == v for k, v in filters.items())]
 
 
 class Prometheus(Server):
@@ -141,24 +163,43 @@ class Prometheus(Server):
 
     name = "prometheus"
 
-    def __init__(self, workdir: Path, targets: list[str], *, job: str = "vllm-sentinel",
-                 rule_files: list[Path] = ()) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        targets: list[str],
+        *,
+        job: str = "vllm-sentinel",
+        rule_files: list[Path] = (),
+    ) -> None:
         super().__init__(workdir)
         self.bin = binary("prometheus")
         self.config_path = workdir / "prometheus.yml"
-        self.config_path.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [{"job_name": job, "metrics_path": "/metrics",
-                                "static_configs": [{"targets": list(targets)}]}],
-        }))
+        self.config_path.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(p) for p in rule_files],
+                    "scrape_configs": [
+                        {
+                            "job_name": job,
+                            "metrics_path": "/metrics",
+                            "static_configs": [{"targets": list(targets)}],
+                        }
+                    ],
+                }
+            )
+        )
 
     def command(self) -> list[str]:
         storage = self.workdir / "prom-data"
         storage.mkdir(exist_ok=True)
-        return [self.bin, f"--config.file={self.config_path}",
-                f"--storage.tsdb.path={storage}", f"--web.listen-address=127.0.0.1:{self.port}",
-                "--log.level=info"]
+        return [
+            self.bin,
+            f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={storage}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--log.level=info",
+        ]
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         r = self.http.get("/api/v1/query", params={"query": expr})
@@ -180,6 +221,7 @@ class Prometheus(Server):
 
 def wait_for(predicate: Any, timeout: float, what: str, interval: float = 0.2) -> Any:
     """:func:`wait_until` that tolerates HTTP errors while a server warms up."""
+
     def attempt() -> Any:
         with contextlib.suppress(httpx.HTTPError):
             return predicate()

@@ -65,8 +65,11 @@ class Receiver:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 status, delay = receiver._decide()
-                receiver._record(Request("POST", self.path, dict(self.headers.items()), body,
-                                         time.time(), status))
+                receiver._record(
+                    Request(
+                        "POST", self.path, dict(self.headers.items()), body, time.time(), status
+                    )
+                )
                 if delay:
                     time.sleep(delay)
                 payload = receiver.ok_body if status < 300 else b"failing on purpose"
@@ -93,16 +96,16 @@ class Receiver:
         host, port = self.server.server_address[:2]
         return f"http://{host}:{port}/hook"
 
-    def fail(self, status: int = 500, *, for_s: float | None = None,
-             count: int | None = None) -> None:
+    def fail(
+        self, status: int = 500, *, for_s: float | None = None, count: int | None = None
+    ) -> None:
         """Answer ``status`` for ``for_s`` seconds and/or the next ``count`` requests."""
         with self._lock:
             self._fail_status = status
             self._fail_until = time.monotonic() + for_s if for_s else 0.0
             self._fail_count = count or 0
 
-    def hang(self, delay_s: float, *, for_s: float | None = None,
-             count: int | None = None) -> None:
+    def hang(self, delay_s: float, *, for_s: float | None = None, count: int | None = None) -> None:
         """Hold requests ``delay_s`` then answer 504 (a client with a shorter timeout sees a
         timeout; the request is not accepted)."""
         with self._lock:

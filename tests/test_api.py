@@ -469,9 +469,12 @@ def test_metrics_expose_sentinel_counters_and_the_open_incident_gauge(client: Te
     ):
         assert f"# TYPE {name.removesuffix('_total')}" in text, name
     stats = client.get("/stats").json()
-    by_labels = {(s.labels["tier"], s.labels["category"]): s.value
-                 for fam in text_string_to_metric_families(text) for s in fam.samples
-                 if s.name == "sentinel_incidents_open"}
+    by_labels = {
+        (s.labels["tier"], s.labels["category"]): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "sentinel_incidents_open"
+    }
     assert sum(by_labels.values()) == stats["incidents_open"]  # by tier and category
     assert {t for t, _ in by_labels} <= set(stats["incidents_by_tier"])
     assert 'sentinel_lines_total{source="http"}' in text

@@ -44,15 +44,17 @@ def test_no_token_beyond_loopback_refuses_to_start(monkeypatch: pytest.MonkeyPat
 
 
 def test_running_open_can_be_allowed_explicitly_and_is_loud(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv(ALLOW_ENV, "1")
     with caplog.at_level(logging.WARNING, logger="vllm_sentinel.api"):
         check_auth_config(ApiSettings(host="0.0.0.0"))
     assert "NO AUTHENTICATION" in caplog.text
 
 
-def test_a_token_or_loopback_starts(monkeypatch: pytest.MonkeyPatch,
-                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_a_token_or_loopback_starts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delenv(ALLOW_ENV, raising=False)
     check_auth_config(ApiSettings(host="0.0.0.0", token="t"))
     with caplog.at_level(logging.WARNING, logger="vllm_sentinel.api"):
@@ -61,15 +63,18 @@ def test_a_token_or_loopback_starts(monkeypatch: pytest.MonkeyPatch,
 
 
 # ---- times -------------------------------------------------------------------------------
-@pytest.mark.parametrize(("value", "epoch"), [
-    (1785146472, 1785146472.0),
-    ("1785146472.5", 1785146472.5),
-    ("2026-07-27T10:01:12Z", 1785146472.0),
-    ("2026-07-27T10:01:12.123456789Z", 1785146472.123456),
-    ("2026-07-27T12:01:12+02:00", 1785146472.0),
-    ("2026-07-27T10:01:12", 1785146472.0),
-    ("2026-07-27", 1785110400.0),
-])
+@pytest.mark.parametrize(
+    ("value", "epoch"),
+    [
+        (1785146472, 1785146472.0),
+        ("1785146472.5", 1785146472.5),
+        ("2026-07-27T10:01:12Z", 1785146472.0),
+        ("2026-07-27T10:01:12.123456789Z", 1785146472.123456),
+        ("2026-07-27T12:01:12+02:00", 1785146472.0),
+        ("2026-07-27T10:01:12", 1785146472.0),
+        ("2026-07-27", 1785110400.0),
+    ],
+)
 def test_instants(value: Any, epoch: float) -> None:
     assert parse_instant(value) == pytest.approx(epoch, abs=1e-6)
 
@@ -80,17 +85,30 @@ def test_bad_instants(value: Any) -> None:
         parse_instant(value)
 
 
-@pytest.mark.parametrize(("value", "seconds"), [
-    ("90s", 90), ("15m", 900), ("2h", 7200), ("1d", 86400), ("1w", 604800),
-    ("1h30m", 5400), ("1d12h", 129600), ("1.5h", 5400), ("600", 600), ("500ms", 0.5),
-    ("2H", 7200), ("1h 30m", 5400),
-])
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("90s", 90),
+        ("15m", 900),
+        ("2h", 7200),
+        ("1d", 86400),
+        ("1w", 604800),
+        ("1h30m", 5400),
+        ("1d12h", 129600),
+        ("1.5h", 5400),
+        ("600", 600),
+        ("500ms", 0.5),
+        ("2H", 7200),
+        ("1h 30m", 5400),
+    ],
+)
 def test_durations(value: str, seconds: float) -> None:
     assert parse_duration(value) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("value", ["", "forever", "2x", "h", "-1h", "0", "0s", "1h-30m",
-                                   "1hx", "x1h"])
+@pytest.mark.parametrize(
+    "value", ["", "forever", "2x", "h", "-1h", "0", "0s", "1h-30m", "1hx", "x1h"]
+)
 def test_bad_durations(value: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(value)

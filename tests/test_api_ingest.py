@@ -30,8 +30,7 @@ from tests.api_support import (
 
 KV = REAL / "kv-cache-too-small.cri.log"
 WORKER = REAL / "worker-killed-while-serving.cri.log"
-POD_TAG = ("kube.var.log.containers.vllm-7f9c-abcde_llm-prod_vllm-"
-           + "0123456789abcdef" * 4 + ".log")
+POD_TAG = "kube.var.log.containers.vllm-7f9c-abcde_llm-prod_vllm-" + "0123456789abcdef" * 4 + ".log"
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +57,7 @@ def critical(client: TestClient, **params: str) -> list[dict]:
     return r.json()["items"]
 
 
-def post(client: TestClient, body: bytes, content_type: str | None,
-         **headers: str) -> object:
+def post(client: TestClient, body: bytes, content_type: str | None, **headers: str) -> object:
     h = {**WRITE, **headers}
     if content_type:
         h["Content-Type"] = content_type
@@ -72,21 +70,34 @@ def test_fluent_bit_json_array_becomes_an_incident(client: TestClient) -> None:
     assert r.status_code == 200
     assert r.json() == {"accepted": len(records), "rejected": 0}
     [inc] = critical(client)
-    assert (inc["category"], inc["stage"], inc["stream"]) == ("oom_kv_cache", "kv_cache_init",
-                                                              "llm-prod/qwen-0/vllm")
+    assert (inc["category"], inc["stage"], inc["stream"]) == (
+        "oom_kv_cache",
+        "kv_cache_init",
+        "llm-prod/qwen-0/vllm",
+    )
     assert inc["namespace"] == "llm-prod" and inc["pod"] == "qwen-0"
     assert inc["meta"]["image"] == "vllm/vllm-openai:v0.32.0"
     assert inc["opened_at"] == pytest.approx(
-        datetime.fromisoformat("2026-12-02T14:39:00+00:00").timestamp(), abs=120)
+        datetime.fromisoformat("2026-12-02T14:39:00+00:00").timestamp(), abs=120
+    )
 
 
 def test_fluentd_ndjson_becomes_an_incident(client: TestClient) -> None:
     # Fluentd out_http (json_array false): NDJSON, kubernetes_metadata filter's maps, no time
-    records = [{"log": r["log"] + "\n", "stream": r["stream"],
-                "docker": {"container_id": "d" * 64},
-                "kubernetes": {"namespace_name": "llm-dev", "pod_name": "qwen-1",
-                               "container_name": "vllm", "host": "gpu-node-2"}}
-               for r in fluentbit_records(WORKER, {})]
+    records = [
+        {
+            "log": r["log"] + "\n",
+            "stream": r["stream"],
+            "docker": {"container_id": "d" * 64},
+            "kubernetes": {
+                "namespace_name": "llm-dev",
+                "pod_name": "qwen-1",
+                "container_name": "vllm",
+                "host": "gpu-node-2",
+            },
+        }
+        for r in fluentbit_records(WORKER, {})
+    ]
     r = post(client, ndjson(records), "application/x-ndjson")
     assert r.status_code == 200, r.text
     [inc] = critical(client, namespace="llm-dev")
@@ -96,7 +107,7 @@ def test_fluentd_ndjson_becomes_an_incident(client: TestClient) -> None:
 def test_fluent_bit_json_lines_in_batches_across_requests(client: TestClient) -> None:
     records = fluentbit_records(KV, kube("llm-prod", "qwen-2"))
     for i in range(0, len(records), 25):  # one Fluent Bit flush per request
-        r = post(client, ndjson(records[i:i + 25]), "application/x-ndjson")
+        r = post(client, ndjson(records[i : i + 25]), "application/x-ndjson")
         assert r.status_code == 200, r.text
     [inc] = critical(client)
     assert inc["category"] == "oom_kv_cache"
@@ -106,15 +117,15 @@ def test_fluent_bit_json_lines_in_batches_across_requests(client: TestClient) ->
     assert (st["lines"], st["status"], st["stage"]) == (rep["lines"], "failed", rep["stage"])
 
 
-def test_fluent_bit_default_msgpack_with_event_time_and_a_kubelet_tag(
-        client: TestClient) -> None:
+def test_fluent_bit_default_msgpack_with_event_time_and_a_kubelet_tag(client: TestClient) -> None:
     body = b""
     for rec in fluentbit_records(KV, {}):
         sec = int(rec["date"])
         nsec = int(round((rec["date"] - sec) * 1e9)) % 1_000_000_000
         t = msgpack.ExtType(0, sec.to_bytes(4, "big") + nsec.to_bytes(4, "big"))
-        body += msgpack.packb([t, {"time": rec["time"], "stream": rec["stream"], "_p": "F",
-                                   "log": rec["log"]}])
+        body += msgpack.packb(
+            [t, {"time": rec["time"], "stream": rec["stream"], "_p": "F", "log": rec["log"]}]
+        )
     # no kubernetes map: pod/namespace/container come from the tag (kubelet path)
     r = post(client, body, "application/msgpack", **{"X-Fluent-Tag": POD_TAG})
     assert r.status_code == 200, r.text
@@ -125,8 +136,12 @@ def test_fluent_bit_default_msgpack_with_event_time_and_a_kubelet_tag(
 
 def test_tag_from_the_query_string(client: TestClient) -> None:
     records = [{"date": r["date"], "log": r["log"]} for r in fluentbit_records(KV, {})]
-    r = client.post("/ingest", params={"tag": POD_TAG}, content=json_array(records),
-                    headers={**WRITE, "Content-Type": "application/json"})
+    r = client.post(
+        "/ingest",
+        params={"tag": POD_TAG},
+        content=json_array(records),
+        headers={**WRITE, "Content-Type": "application/json"},
+    )
     assert r.status_code == 200
     assert critical(client)[0]["pod"] == "vllm-7f9c-abcde"
 
@@ -140,22 +155,31 @@ def test_gzip_compressed_body(client: TestClient) -> None:
 
 def test_bad_entries_are_counted_and_the_rest_kept(client: TestClient) -> None:
     good = fluentbit_records(KV, kube("ns", "mixed"))
-    body = ndjson(good[:100]) + b"{broken json\n" + json.dumps({"no_log": 1}).encode() + \
-        b"\n" + ndjson(good[100:])
+    body = (
+        ndjson(good[:100])
+        + b"{broken json\n"
+        + json.dumps({"no_log": 1}).encode()
+        + b"\n"
+        + ndjson(good[100:])
+    )
     r = post(client, body, "application/x-ndjson")
     assert r.status_code == 200
     assert r.json() == {"accepted": len(good), "rejected": 2}
     assert critical(client)[0]["category"] == "oom_kv_cache"
 
 
-@pytest.mark.parametrize(("body", "content_type", "rejected"), [
-    (b"{broken", "application/json", 1),
-    (b'[{"no_log": 1}, {"nor": 2}]', "application/json", 2),
-    (b"\x1f\x8b\x08\x00garbage", "application/json", 1),
-    (b"\x92\xc1", "application/msgpack", 1),
-])
-def test_nothing_decodable_is_400_with_reject_counts(client: TestClient, body: bytes,
-                                                     content_type: str, rejected: int) -> None:
+@pytest.mark.parametrize(
+    ("body", "content_type", "rejected"),
+    [
+        (b"{broken", "application/json", 1),
+        (b'[{"no_log": 1}, {"nor": 2}]', "application/json", 2),
+        (b"\x1f\x8b\x08\x00garbage", "application/json", 1),
+        (b"\x92\xc1", "application/msgpack", 1),
+    ],
+)
+def test_nothing_decodable_is_400_with_reject_counts(
+    client: TestClient, body: bytes, content_type: str, rejected: int
+) -> None:
     r = post(client, body, content_type)
     assert r.status_code == 400, r.text
     detail = r.json()["detail"]
@@ -172,8 +196,7 @@ def test_an_empty_batch_is_204(client: TestClient) -> None:
 
 
 def test_unsupported_content_encoding_is_415(client: TestClient) -> None:
-    assert post(client, b"[]", "application/json", **{"Content-Encoding": "br"}
-                ).status_code == 415
+    assert post(client, b"[]", "application/json", **{"Content-Encoding": "br"}).status_code == 415
 
 
 def test_over_the_size_limit_is_413(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,8 +205,11 @@ def test_over_the_size_limit_is_413(client: TestClient, monkeypatch: pytest.Monk
     big = json_array(fluentbit_records(KV, kube("ns", "big")))
     assert post(client, big, "application/json").status_code == 413
     # streamed without Content-Length
-    r = client.post("/ingest", content=iter([big[:800], big[800:]]),
-                    headers={**WRITE, "Content-Type": "application/json"})
+    r = client.post(
+        "/ingest",
+        content=iter([big[:800], big[800:]]),
+        headers={**WRITE, "Content-Type": "application/json"},
+    )
     assert r.status_code == 413
     # a gzip bomb: small on the wire, beyond the decompressed bound
     bomb = gzip.compress(b"[" + b" " * 100_000 + b"]")
@@ -197,14 +223,16 @@ def test_ingest_requires_the_token(client: TestClient) -> None:
     body = json_array(fluentbit_records(KV, kube("ns", "anon")))
     r = client.post("/ingest", content=body, headers={"Content-Type": "application/json"})
     assert r.status_code == 401
-    r = client.post("/ingest", content=body, headers={"Content-Type": "application/json",
-                                                      "Authorization": "Bearer wrong"})
+    r = client.post(
+        "/ingest",
+        content=body,
+        headers={"Content-Type": "application/json", "Authorization": "Bearer wrong"},
+    )
     assert r.status_code == 401
     assert critical(client) == []
 
 
-def test_answer_comes_only_after_the_pipeline_stored_the_batch(ctx, client: TestClient
-                                                                ) -> None:
+def test_answer_comes_only_after_the_pipeline_stored_the_batch(ctx, client: TestClient) -> None:
     calls: list[int] = []
     real_submit = ctx.pipeline.submit
 
@@ -213,8 +241,7 @@ def test_answer_comes_only_after_the_pipeline_stored_the_batch(ctx, client: Test
         calls.append(len(ctx.store.list_incidents()[0]))  # durable before we answer
 
     ctx.pipeline.submit = submit
-    r = post(client, json_array(fluentbit_records(KV, kube("ns", "durable"))),
-             "application/json")
+    r = post(client, json_array(fluentbit_records(KV, kube("ns", "durable"))), "application/json")
     assert r.status_code == 200 and calls == [1]
 
 
@@ -253,7 +280,7 @@ def test_cri_partial_chunks_are_joined_across_requests(client: TestClient) -> No
     p1 = {**line, "_p": "P", "log": line["log"][:40]}
     p2 = {**line, "_p": "F", "log": line["log"][40:]}
     assert post(client, ndjson(head + [p1]), "application/x-ndjson").status_code == 200
-    assert post(client, ndjson([p2] + full[i + 1:]), "application/x-ndjson").status_code == 200
+    assert post(client, ndjson([p2] + full[i + 1 :]), "application/x-ndjson").status_code == 200
     [inc] = critical(client)
     assert inc["category"] == "oom_kv_cache"
     assert line["log"] in inc["line"]

@@ -34,8 +34,11 @@ PORT = REAL / "port-in-use.cri.log"
 
 
 def ingest(c: TestClient, log: Path, ns: str, pod: str, node: str = "gpu-node-1") -> None:
-    r = c.post("/ingest", content=json_array(fluentbit_records(log, kube(ns, pod, node=node))),
-               headers={**WRITE, "Content-Type": "application/json"})
+    r = c.post(
+        "/ingest",
+        content=json_array(fluentbit_records(log, kube(ns, pod, node=node))),
+        headers={**WRITE, "Content-Type": "application/json"},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -47,8 +50,11 @@ def csrf_of(html: str) -> str:
 
 def login(c: TestClient, token: str) -> None:
     page = c.get("/ui/login")
-    r = c.post("/ui/login", data={"token": token, "csrf": csrf_of(page.text), "next": "/ui/"},
-               follow_redirects=False)
+    r = c.post(
+        "/ui/login",
+        data={"token": token, "csrf": csrf_of(page.text), "next": "/ui/"},
+        follow_redirects=False,
+    )
     assert r.status_code == 303, r.text
 
 
@@ -79,8 +85,15 @@ def critical(c: TestClient, **params: str) -> list[dict]:
 def test_root_redirects_to_the_dashboard_and_every_page_renders(client: TestClient) -> None:
     r = client.get("/", follow_redirects=False)
     assert r.status_code == 307 and r.headers["location"] == "/ui/"
-    for path in ("/ui/", "/ui/incidents", "/ui/fleets", "/ui/streams", "/ui/silences",
-                 "/ui/classify", "/ui/login"):
+    for path in (
+        "/ui/",
+        "/ui/incidents",
+        "/ui/fleets",
+        "/ui/streams",
+        "/ui/silences",
+        "/ui/classify",
+        "/ui/login",
+    ):
         r = client.get(path)
         assert r.status_code == 200, path
         assert r.headers["content-type"].startswith("text/html")
@@ -112,8 +125,9 @@ def test_detail_shows_the_whole_root_cause_and_the_failed_rung(client: TestClien
     full = client.get(f"/incidents/{inc['id']}").json()
     html = client.get(f"/ui/incidents/{inc['id']}").text
     assert len(full["line"]) > 300 and str(escape(full["line"])) in html  # whole
-    failed = re.findall(r'class="rung rung-failed" aria-current="step" data-stage="([a-z_]+)"',
-                        html)
+    failed = re.findall(
+        r'class="rung rung-failed" aria-current="step" data-stage="([a-z_]+)"', html
+    )
     assert failed == [full["stage"]] == ["kv_cache_init"]
     assert html.count("rung rung-passed") >= 2  # cuda_init ... model_load
     assert "Startup ladder" in html and "Playbook" in html and "Notifications" in html
@@ -128,10 +142,14 @@ def test_a_crash_loop_shows_its_attempts(tmp_path: Path) -> None:
         with TestClient(create_app(ctx), base_url="https://testserver") as c:
             now = time.time()
             for k in range(3):  # the same pod fails the same way three times, 2 min apart
-                recs = fluent_bit_records(KV, "llm-prod", "llama-0", node="gpu-a",
-                                          end=now - 600 + 120 * k)
-                r = c.post("/ingest", content=json_array(recs),
-                           headers={**WRITE, "Content-Type": "application/json"})
+                recs = fluent_bit_records(
+                    KV, "llm-prod", "llama-0", node="gpu-a", end=now - 600 + 120 * k
+                )
+                r = c.post(
+                    "/ingest",
+                    content=json_array(recs),
+                    headers={**WRITE, "Content-Type": "application/json"},
+                )
                 assert r.status_code == 200, r.text
             (inc,) = critical(c)
             assert inc["restarts"] == 2 and inc["extra"]["crash_loop"]
@@ -179,21 +197,28 @@ def test_writes_need_the_write_token_and_a_csrf_token(fresh: TestClient) -> None
     cookie = next(c for c in fresh.cookies.jar if c.name == "sentinel_token")
     assert cookie.secure and cookie.path == "/ui" and cookie.has_nonstandard_attr("HttpOnly")
     assert fresh.post(url, data={"reason": "r", "csrf": "forged" * 5}).status_code == 403
-    r = fresh.post(url, data={"reason": "r", "csrf": token},
-                   headers={"Origin": "https://evil.example"})
+    r = fresh.post(
+        url, data={"reason": "r", "csrf": token}, headers={"Origin": "https://evil.example"}
+    )
     assert r.status_code == 403
     assert fresh.get(f"/incidents/{inc['id']}").json()["status"] == "open"
-    r = fresh.post(url, data={"reason": "raised KV space", "csrf": token},
-                   follow_redirects=False)
+    r = fresh.post(url, data={"reason": "raised KV space", "csrf": token}, follow_redirects=False)
     assert r.status_code == 303 and "done=resolved" in r.headers["location"]
     after = fresh.get(f"/incidents/{inc['id']}").json()
     assert after["status"] == "resolved" and after["resolution"] == "raised KV space"
-    r = fresh.post(f"/ui/incidents/{inc['id']}/feedback", follow_redirects=False, data={
-        "verdict": "wrong", "category": "oom_runtime", "comment": "was runtime", "csrf": token})
+    r = fresh.post(
+        f"/ui/incidents/{inc['id']}/feedback",
+        follow_redirects=False,
+        data={
+            "verdict": "wrong",
+            "category": "oom_runtime",
+            "comment": "was runtime",
+            "csrf": token,
+        },
+    )
     assert r.status_code == 303
     (fb,) = fresh.get("/feedback").json()
-    assert (fb["correct"], fb["category"], fb["comment"]) == (False, "oom_runtime",
-                                                              "was runtime")
+    assert (fb["correct"], fb["category"], fb["comment"]) == (False, "oom_runtime", "was runtime")
 
 
 def test_reads_follow_the_read_token_rule(tmp_path: Path) -> None:
@@ -208,20 +233,32 @@ def test_reads_follow_the_read_token_rule(tmp_path: Path) -> None:
             page = c.get("/ui/login")
             bad = c.post("/ui/login", data={"token": "wrong", "csrf": csrf_of(page.text)})
             assert bad.status_code == 401 and "not accepted" in bad.text
-            r = c.post("/ui/login", follow_redirects=False, data={
-                "token": READ_TOKEN, "csrf": csrf_of(page.text),
-                "next": "/ui/incidents?tier=capacity"})
+            r = c.post(
+                "/ui/login",
+                follow_redirects=False,
+                data={
+                    "token": READ_TOKEN,
+                    "csrf": csrf_of(page.text),
+                    "next": "/ui/incidents?tier=capacity",
+                },
+            )
             assert r.status_code == 303 and r.headers["location"] == "/ui/incidents?tier=capacity"
             assert "oom_kv_cache" in c.get("/ui/incidents").text
             inc = c.get("/incidents", headers=WRITE).json()["items"][0]
             page = c.get(f"/ui/incidents/{inc['id']}")
             assert "read only" in page.text
-            r = c.post(f"/ui/incidents/{inc['id']}/resolve", follow_redirects=False,
-                       data={"reason": "x", "csrf": csrf_of(page.text)})
+            r = c.post(
+                f"/ui/incidents/{inc['id']}/resolve",
+                follow_redirects=False,
+                data={"reason": "x", "csrf": csrf_of(page.text)},
+            )
             assert r.status_code == 303 and "why=write" in r.headers["location"]
             # an open redirect is not possible through ?next=
-            r = c.post("/ui/login", follow_redirects=False, data={
-                "token": READ_TOKEN, "csrf": csrf_of(page.text), "next": "//evil.example/"})
+            r = c.post(
+                "/ui/login",
+                follow_redirects=False,
+                data={"token": READ_TOKEN, "csrf": csrf_of(page.text), "next": "//evil.example/"},
+            )
             assert r.headers["location"] == "/ui/"
     finally:
         close_context(ctx)
@@ -231,10 +268,22 @@ def test_silence_from_an_incident_then_expire_it(fresh: TestClient) -> None:
     login(fresh, WRITE_TOKEN)
     inc = critical(fresh)[0]
     token = csrf_of(fresh.get("/ui/silences", params={"incident": inc["id"]}).text)
-    r = fresh.post("/ui/silences", follow_redirects=False, data={
-        "csrf": token, "incident": inc["id"], "use_category": "1",
-        "value_category": inc["category"], "use_namespace": "1", "value_namespace": "llm-prod",
-        "value_node": "gpu-node-1", "duration": "4h", "comment": "KV rollout", "created_by": "me"})
+    r = fresh.post(
+        "/ui/silences",
+        follow_redirects=False,
+        data={
+            "csrf": token,
+            "incident": inc["id"],
+            "use_category": "1",
+            "value_category": inc["category"],
+            "use_namespace": "1",
+            "value_namespace": "llm-prod",
+            "value_node": "gpu-node-1",
+            "duration": "4h",
+            "comment": "KV rollout",
+            "created_by": "me",
+        },
+    )
     assert r.status_code == 303 and "done=silenced" in r.headers["location"]
     (s,) = fresh.get("/silences", params={"active": "true"}).json()
     assert s["matchers"] == {"category": [inc["category"]], "namespace": ["llm-prod"]}
@@ -243,8 +292,7 @@ def test_silence_from_an_incident_then_expire_it(fresh: TestClient) -> None:
     # a silence without matchers is refused, with the reason shown
     r = fresh.post("/ui/silences", data={"csrf": token, "comment": "all"})
     assert r.status_code == 200 and "at least one matcher" in r.text
-    r = fresh.post(f"/ui/silences/{s['id']}/expire", data={"csrf": token},
-                   follow_redirects=False)
+    r = fresh.post(f"/ui/silences/{s['id']}/expire", data={"csrf": token}, follow_redirects=False)
     assert r.status_code == 303
     assert fresh.get("/silences", params={"active": "true"}).json() == []
     (gone,) = fresh.get("/silences").json()
@@ -253,21 +301,26 @@ def test_silence_from_an_incident_then_expire_it(fresh: TestClient) -> None:
 
 def test_paste_form_classifies_like_the_api(client: TestClient) -> None:
     text = (REAL / "port-in-use.log").read_text()
-    api = client.post("/classify", content=text.encode(),
-                      headers={"Content-Type": "text/plain"}).json()["primary"]
+    api = client.post(
+        "/classify", content=text.encode(), headers={"Content-Type": "text/plain"}
+    ).json()["primary"]
     token = csrf_of(client.get("/ui/classify").text)
-    html = client.post("/ui/classify", data={"log": text, "format": "auto",
-                                             "csrf": token}).text
+    html = client.post("/ui/classify", data={"log": text, "format": "auto", "csrf": token}).text
     verdict = re.search(r'id="verdict"><strong>([^<]+)</strong> at <strong>([^<]+)<', html)
     assert verdict and verdict.groups() == (f"{api['tier']} / {api['category']}", api["stage"])
-    up = client.post("/ui/classify", data={"csrf": token, "format": "auto"},
-                     files={"file": ("pod.log", text.encode(), "text/plain")}).text
+    up = client.post(
+        "/ui/classify",
+        data={"csrf": token, "format": "auto"},
+        files={"file": ("pod.log", text.encode(), "text/plain")},
+    ).text
     assert f"{api['tier']} / {api['category']}" in up and "pod.log" in up
     empty = client.post("/ui/classify", data={"log": "  ", "csrf": token})
     assert empty.status_code == 400
     # whatever a log says is shown as text, never as markup
-    hostile = ('ERROR 12-02 14:39:21 [core.py:1] RuntimeError: CUDA error: out of memory '
-               '<script>alert(1)</script><img src=x onerror=alert(2)>')
+    hostile = (
+        "ERROR 12-02 14:39:21 [core.py:1] RuntimeError: CUDA error: out of memory "
+        "<script>alert(1)</script><img src=x onerror=alert(2)>"
+    )
     html = client.post("/ui/classify", data={"log": hostile, "csrf": token}).text
     assert "<script>alert(1)" not in html and "<img src=x" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html

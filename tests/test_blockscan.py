@@ -17,23 +17,29 @@ from service.ingest.envelope import Format
 from service.ingest.files import read_files
 
 ROOT = Path(__file__).resolve().parents[1]
-LOGS = sorted([*ROOT.glob("tests/corpus/cases/*.log"), *ROOT.glob("tests/fixtures/real/*.log"),
-               *ROOT.glob("tests/blind/cases/*.log")])
+LOGS = sorted(
+    [
+        *ROOT.glob("tests/corpus/cases/*.log"),
+        *ROOT.glob("tests/fixtures/real/*.log"),
+        *ROOT.glob("tests/blind/cases/*.log"),
+    ]
+)
 RB = RuleBook()
 
 
 def same(path: Path, make) -> None:
     a = classify_records(read_files([str(path)]), make())
     b = classify_paths([str(path)], make())
-    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True,
-                                                                    default=str)
+    assert json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
 def test_most_logs_take_the_block_path() -> None:
     eligible = [p for p in LOGS if blockscan.eligible(str(p), "auto")]
     assert len(eligible) >= 0.9 * len(LOGS)
-    assert blockscan.eligible(str(ROOT / "tests/fixtures/real/kv-cache-too-small.cri.log"),
-                              "auto") is Format.CRI
+    assert (
+        blockscan.eligible(str(ROOT / "tests/fixtures/real/kv-cache-too-small.cri.log"), "auto")
+        is Format.CRI
+    )
 
 
 @pytest.mark.parametrize("path", LOGS, ids=lambda p: p.name)

@@ -19,16 +19,27 @@ def docker_json(src: Path, dst: Path) -> Path:
     with dst.open("w") as out:
         for line in src.read_text().splitlines():
             msg = line.split(" ", 3)[3] if line.count(" ") >= 3 else line
-            out.write(json.dumps({"log": msg + "\n", "stream": "stdout",
-                                  "time": "2025-01-01T00:00:00.000000000Z"}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "log": msg + "\n",
+                        "stream": "stdout",
+                        "time": "2025-01-01T00:00:00.000000000Z",
+                    }
+                )
+                + "\n"
+            )
     return dst
 
 
-@pytest.mark.parametrize("make, why", [
-    (lambda d: d / "missing.log", "no such file"),
-    (lambda d: d, "is a directory"),
-    (lambda d: (d / "empty.log").write_text("") or d / "empty.log", "is empty"),
-])
+@pytest.mark.parametrize(
+    "make, why",
+    [
+        (lambda d: d / "missing.log", "no such file"),
+        (lambda d: d, "is a directory"),
+        (lambda d: (d / "empty.log").write_text("") or d / "empty.log", "is empty"),
+    ],
+)
 def test_unreadable_input_exits_2_with_a_message(tmp_path, capsys, make, why) -> None:
     path = make(tmp_path)
     assert main(["classify", str(path)]) == 2

@@ -16,14 +16,14 @@ RB = RuleBook()
 # Cases the classifier gets wrong today, with the reason; a fix must remove the entry.
 KNOWN_MISSES = {
     "real-cpu-stall-multinode-no-peer": "a hang prints no error; only the timer-driven stall "
-                                        "check (service mode) can tell",
+    "check (service mode) can tell",
     "real-cpu-stall-multinode-no-peer-sigterm": "same hang; the SIGTERM is ignored and prints "
-                                                "nothing",
+    "nothing",
     "gh-kserve-4565-hf-server-flashinfer-ninja-build": "the stored excerpt stops before the "
-                                                       "exception: only 'EngineCore failed to "
-                                                       "start' and a traceback frame "
-                                                       "(_run_ninja_build) remain; frames hint "
-                                                       "stages, never categories",
+    "exception: only 'EngineCore failed to "
+    "start' and a traceback frame "
+    "(_run_ninja_build) remain; frames hint "
+    "stages, never categories",
 }
 
 
@@ -31,8 +31,9 @@ KNOWN_MISSES = {
 def test_case_root_cause(case) -> None:
     got = predict(case, Classifier(RB))
     if case.id in KNOWN_MISSES:
-        assert (got["tier"], got["category"]) != (case.tier, case.category), \
+        assert (got["tier"], got["category"]) != (case.tier, case.category), (
             "now classified right: drop it from KNOWN_MISSES"
+        )
         return
     assert (got["tier"], got["category"]) == (case.tier, case.category), got["line"]
 

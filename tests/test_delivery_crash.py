@@ -54,9 +54,13 @@ PATHS = {"oncall": "/hook", "pd": "/pd"}
 def doubtful(db: Db) -> set[tuple[str, str]]:
     """(receiver path, incident) of deliveries whose request went out and whose answer was
     not recorded: what was on the wire when the process died."""
-    return {(PATHS[r["receiver"]], r["incident_id"]) for r in db.rows(
-        "SELECT receiver, incident_id FROM deliveries "
-        "WHERE status = 'pending' AND sending_at IS NOT NULL")}
+    return {
+        (PATHS[r["receiver"]], r["incident_id"])
+        for r in db.rows(
+            "SELECT receiver, incident_id FROM deliveries "
+            "WHERE status = 'pending' AND sending_at IS NOT NULL"
+        )
+    }
 
 
 @pytest.fixture
@@ -81,25 +85,43 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[dict[str
         u = make_url(direct)
         with TcpProxy(u.host or "127.0.0.1", u.port or 5432) as proxy:
             tag = f"sentinel_e2e_{os.getpid()}_{proxy.port}"
-            service = u.set(host="127.0.0.1", port=proxy.port).update_query_dict(
-                {"application_name": tag}).render_as_string(hide_password=False)
+            service = (
+                u.set(host="127.0.0.1", port=proxy.port)
+                .update_query_dict({"application_name": tag})
+                .render_as_string(hide_password=False)
+            )
             yield {"direct": direct, "service": service, "proxy": proxy, "name": "postgresql"}
 
 
 def test_kill9_and_database_outage_under_load_page_each_change_once(
-        backend: dict[str, Any], rx: HookReceiver, tmp_path: Path) -> None:
+    backend: dict[str, Any], rx: HookReceiver, tmp_path: Path
+) -> None:
     direct = Store(backend["direct"])
     direct.migrate()
     db = Db(backend["direct"])
     proxy: TcpProxy | None = backend["proxy"]
-    pd = {"name": "pd", "type": "pagerduty", "url": rx.url.replace("/hook", "/pd"),
-          "routing_key": "R0UTING", "rate_limit_per_minute": 6000}
+    pd = {
+        "name": "pd",
+        "type": "pagerduty",
+        "url": rx.url.replace("/hook", "/pd"),
+        "routing_key": "R0UTING",
+        "rate_limit_per_minute": 6000,
+    }
     hook = webhook(rx.url, rate_limit_per_minute=6000)
     hook.pop("timeout_s")  # the default (5 s): leases of ~45 s, as in production
-    svc = Sentinel(tmp_path, "dup", service_config(
-        store_url=backend["service"], api_port=free_port(), receivers=[hook, pd],
-        notify={"group_wait_s": 0.2}, use_model=False, fleet={"enabled": False},
-        stall={"enabled": False}))
+    svc = Sentinel(
+        tmp_path,
+        "dup",
+        service_config(
+            store_url=backend["service"],
+            api_port=free_port(),
+            receivers=[hook, pd],
+            notify={"group_wait_s": 0.2},
+            use_model=False,
+            fleet={"enabled": False},
+            stall={"enabled": False},
+        ),
+    )
     figures: dict[str, Any] = {"backend": backend["name"]}
     in_flight: list[tuple[str, str]] = []  # message keys on the wire when the process died
     in_doubt: set[tuple[str, str]] = set()  # (path, incident) on the wire at a kill
@@ -115,8 +137,12 @@ def test_kill9_and_database_outage_under_load_page_each_change_once(
             os.kill(svc.pid, signal.SIGKILL)
             svc.proc.wait(10)
             actions["kill"].set()
-        elif (proxy is not None and actions["kill"].is_set() and not actions["cut"].is_set()
-              and n >= total // 3):
+        elif (
+            proxy is not None
+            and actions["kill"].is_set()
+            and not actions["cut"].is_set()
+            and n >= total // 3
+        ):
             # the receiver got it, then the database goes away before the answer is recorded
             proxy.cut(OUTAGE_S)
             figures["cut_key"] = message_key(req)
@@ -152,8 +178,12 @@ def test_kill9_and_database_outage_under_load_page_each_change_once(
         thread.start()
         # 1. kill -9 with a request on the wire; restart at once (as kubelet does)
         assert actions["kill"].wait(60), "the kill never came"
-        claimed = [r["id"] for r in db.rows(
-            "SELECT id FROM deliveries WHERE status = 'pending' AND leased_by IS NOT NULL")]
+        claimed = [
+            r["id"]
+            for r in db.rows(
+                "SELECT id FROM deliveries WHERE status = 'pending' AND leased_by IS NOT NULL"
+            )
+        ]
         figures["claims_of_dead_process"] = len(claimed)
         in_doubt |= doubtful(db)
         t0 = time.monotonic()
@@ -163,8 +193,11 @@ def test_kill9_and_database_outage_under_load_page_each_change_once(
         def claims_sent() -> bool:
             if not claimed:
                 return True
-            rows = db.rows("SELECT status FROM deliveries WHERE id IN ("
-                           + ",".join(str(i) for i in claimed) + ")")
+            rows = db.rows(
+                "SELECT status FROM deliveries WHERE id IN ("
+                + ",".join(str(i) for i in claimed)
+                + ")"
+            )
             return all(r["status"] != "pending" for r in rows)
 
         wait_until(claims_sent, 120, "the dead process's claims to be delivered", interval=0.05)
@@ -180,8 +213,12 @@ def test_kill9_and_database_outage_under_load_page_each_change_once(
         thread.join(120)
         assert not thread.is_alive() and not errors, errors
         t_settle = time.monotonic()
-        wait_until(lambda: db.settled() and db.leased() == 0, 180, "every delivery to be sent",
-                   interval=0.2)
+        wait_until(
+            lambda: db.settled() and db.leased() == 0,
+            180,
+            "every delivery to be sent",
+            interval=0.2,
+        )
         figures["settle_after_load_s"] = round(time.monotonic() - t_settle, 2)
         time.sleep(1.0)  # nothing more may arrive
     finally:
@@ -202,11 +239,15 @@ def test_kill9_and_database_outage_under_load_page_each_change_once(
             assert last.get((path, inc_id)) == (version, "resolved"), (path, inc_id)
     # nothing twice but the request on the wire when the process died
     dups = duplicates(rx.requests)
-    figures.update(truncated_by_kill=sum(1 for r in rx.requests if not complete(r)),
-                   messages=len(rx.accepted()), events=int(db.scalar(
-        "SELECT count(*) FROM outbox")), duplicates=sum(n - 1 for n in dups.values()),
-        in_doubt_at_kills=len(in_doubt), proxy_cuts=proxy.cuts if proxy else 0,
-        refused_while_down=proxy.refused if proxy else 0)
+    figures.update(
+        truncated_by_kill=sum(1 for r in rx.requests if not complete(r)),
+        messages=len(rx.accepted()),
+        events=int(db.scalar("SELECT count(*) FROM outbox")),
+        duplicates=sum(n - 1 for n in dups.values()),
+        in_doubt_at_kills=len(in_doubt),
+        proxy_cuts=proxy.cuts if proxy else 0,
+        refused_while_down=proxy.refused if proxy else 0,
+    )
     print("FIGURES", figures)
     # (the request on the wire at the first kill was resent, or superseded by a newer
     # version of its incident: the final versions above were all delivered)

@@ -25,22 +25,28 @@ pytest_plugins = ("tests.test_store",)  # db_url / store fixtures
 
 
 def settings() -> NotifySettings:
-    return NotifySettings(group_wait_s=0.0, backoff_base_s=0.05, backoff_max_s=0.3,
-                          external_url="https://sentinel.example.com")
+    return NotifySettings(
+        group_wait_s=0.0,
+        backoff_base_s=0.05,
+        backoff_max_s=0.3,
+        external_url="https://sentinel.example.com",
+    )
 
 
 def hook(rx: Receiver, name: str = "hook", **kw: Any) -> ReceiverSettings:
     kw.setdefault("rate_limit_per_minute", 6000)
-    return ReceiverSettings(name=name, type=kw.pop("type", "webhook"),
-                            url=rx.url.replace("/hook", f"/{name}"), **kw)
+    return ReceiverSettings(
+        name=name, type=kw.pop("type", "webhook"), url=rx.url.replace("/hook", f"/{name}"), **kw
+    )
 
 
 def pagerduty(rx: Receiver) -> ReceiverSettings:
     return hook(rx, "pd", type="pagerduty", routing_key="R0UTING")
 
 
-def make(store: Store, receivers: list[ReceiverSettings], instance: str = "inst-a",
-         **kw: Any) -> Dispatcher:
+def make(
+    store: Store, receivers: list[ReceiverSettings], instance: str = "inst-a", **kw: Any
+) -> Dispatcher:
     kw.setdefault("poll_interval_s", 0.02)
     return Dispatcher(store, receivers, settings(), instance_id=instance, **kw)
 
@@ -57,7 +63,8 @@ def keys(rx: Receiver) -> Counter[tuple[str, str]]:
 
 # ---- identity ------------------------------------------------------------------------------
 def test_default_instance_id_is_stable_and_tells_replicas_apart(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("HOSTNAME", "sentinel-0")
     a = default_instance_id("postgresql://u:secret@db:5432/s", "0.0.0.0", 8080)
     assert a == default_instance_id("postgresql://u:secret@db:5432/s", "0.0.0.0", 8080)
@@ -67,8 +74,7 @@ def test_default_instance_id_is_stable_and_tells_replicas_apart(
     assert default_instance_id("postgresql://u:secret@db:5432/s", "0.0.0.0", 8080) != a
 
 
-def test_restart_with_the_same_id_takes_its_claims_back_at_once(store: Store,
-                                                                  rx: Receiver) -> None:
+def test_restart_with_the_same_id_takes_its_claims_back_at_once(store: Store, rx: Receiver) -> None:
     """The previous run claimed two groups (leases of a minute) and died with the request of
     one on the wire: the restarted instance sends both at once, the one in doubt again
     with the same key and marked as a possible repeat."""
@@ -130,8 +136,9 @@ class FlakyStore(Store):
         return super().finish_deliveries(ids, instance, **kw)
 
 
-def test_answer_recorded_after_a_store_outage_is_never_sent_again(db_url: str,
-                                                                   rx: Receiver) -> None:
+def test_answer_recorded_after_a_store_outage_is_never_sent_again(
+    db_url: str, rx: Receiver
+) -> None:
     store = FlakyStore(db_url)
     store.migrate()
     store.fail = 3
@@ -144,11 +151,9 @@ def test_answer_recorded_after_a_store_outage_is_never_sent_again(db_url: str,
         d.wake()
         assert wait_until(lambda: all_settled(store), timeout=15)
         for i in range(5):
-            write_change(store, incident_body(i, prefix="flaky", status="resolved"),
-                         "resolved")
+            write_change(store, incident_body(i, prefix="flaky", status="resolved"), "resolved")
         d.wake()
-        assert wait_until(lambda: all_settled(store) and len(rx.accepted()) >= 20,
-                          timeout=15)
+        assert wait_until(lambda: all_settled(store) and len(rx.accepted()) >= 20, timeout=15)
         time.sleep(0.5)
     finally:
         d.stop()
@@ -185,23 +190,26 @@ def test_a_silence_never_swallows_a_resolution(store: Store, rx: Receiver) -> No
         write_change(store, incident_body(0, prefix="a", namespace="prod"), "opened")
         d.wake()
         assert wait_until(lambda: len(rx.accepted()) == 2)
-        silence = store.create_silence({"namespace": ["prod"]}, time.time() + 600, "alice",
-                                       "maintenance")
+        silence = store.create_silence(
+            {"namespace": ["prod"]}, time.time() + 600, "alice", "maintenance"
+        )
         d.silences.invalidate()
         write_change(store, incident_body(0, prefix="a", namespace="prod"), "updated")
         write_change(store, incident_body(1, prefix="b", namespace="prod"), "opened")
         write_change(store, incident_body(2, prefix="c", namespace="prod"), "opened")
         d.wake()
         assert wait_until(lambda: all_settled(store))
-        write_change(store, incident_body(1, prefix="b", namespace="prod", status="resolved"),
-                     "resolved")
+        write_change(
+            store, incident_body(1, prefix="b", namespace="prod", status="resolved"), "resolved"
+        )
         store.resolve_incident("a-00000", "pod deleted", time.time())  # by hand
         d.wake()
         assert wait_until(lambda: all_settled(store) and len(rx.accepted()) == 4)
         store.delete_silence(silence["id"])
         d.silences.invalidate()
-        write_change(store, incident_body(2, prefix="c", namespace="prod", status="resolved"),
-                     "resolved")
+        write_change(
+            store, incident_body(2, prefix="c", namespace="prod", status="resolved"), "resolved"
+        )
         d.wake()
         assert wait_until(lambda: all_settled(store))
         time.sleep(0.3)
@@ -209,10 +217,14 @@ def test_a_silence_never_swallows_a_resolution(store: Store, rx: Receiver) -> No
         d.stop()
     pd = [r.json() for r in rx.accepted() if r.path == "/pd"]
     assert [(e["dedup_key"], e["event_action"]) for e in pd] == [
-        ("a-00000", "trigger"), ("a-00000", "resolve")]
+        ("a-00000", "trigger"),
+        ("a-00000", "resolve"),
+    ]
     hooks = [r.json() for r in rx.accepted() if r.path == "/hook"]
     assert [(e["incident"]["id"], e["event"]) for e in hooks] == [
-        ("a-00000", "opened"), ("a-00000", "resolved")]
+        ("a-00000", "opened"),
+        ("a-00000", "resolved"),
+    ]
     rows = Counter((r["incident_id"], r["kind"], r["status"]) for r in delivery_rows(store))
     assert rows[("a-00000", "updated", "silenced")] == 2
     assert rows[("b-00001", "opened", "silenced")] == 2

@@ -67,19 +67,31 @@ def launch(tmp_path: Path) -> Iterator[Callable[..., Sentinel]]:
 
 
 def test_a_deployment_failing_on_one_driver_pages_once_as_a_fleet(
-        pg_url: str, launch: Callable[..., Sentinel]) -> None:
+    pg_url: str, launch: Callable[..., Sentinel]
+) -> None:
     with Receiver() as rx:
-        pair = [launch(name, service_config(
-            store_url=pg_url, api_port=free_port(), receivers=[webhook(rx.url)],
-            instance_id=f"e2e-{name}", notify={"group_wait_s": 0.2},
-            fleet={"hold_s": 2.0, "threshold": 3, "window_s": 900}))
-            for name in ("a", "b")]
+        pair = [
+            launch(
+                name,
+                service_config(
+                    store_url=pg_url,
+                    api_port=free_port(),
+                    receivers=[webhook(rx.url)],
+                    instance_id=f"e2e-{name}",
+                    notify={"group_wait_s": 0.2},
+                    fleet={"hold_s": 2.0, "threshold": 3, "window_s": 900},
+                ),
+            )
+            for name in ("a", "b")
+        ]
         for s in pair:
             s.start()
         for s in pair:
             s.wait_ready()
-        logs = {pod: fluent_bit_records(DRIVER_TOO_OLD, NS, pod, node=f"gpu-b300-{i}")
-                for i, pod in enumerate(PODS)}
+        logs = {
+            pod: fluent_bit_records(DRIVER_TOO_OLD, NS, pod, node=f"gpu-b300-{i}")
+            for i, pod in enumerate(PODS)
+        }
         exp = Expected.of([kafka_message(r) for recs in logs.values() for r in recs])
         assert len(exp.critical()) == 12
         sent_at = time.time()
@@ -87,13 +99,19 @@ def test_a_deployment_failing_on_one_driver_pages_once_as_a_fleet(
             for r in recs:
                 r["date"] = time.time()
                 del r["@timestamp"]
-            resp = pair[i % 2].http.post("/ingest", content=json.dumps(recs).encode(),
-                                         headers={"Content-Type": "application/json"})
+            resp = pair[i % 2].http.post(
+                "/ingest",
+                content=json.dumps(recs).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             assert resp.status_code == 200, resp.text
         db = Db(pg_url)
         try:
-            wait_until(lambda: len(pair[0].incidents()) == 13 and db.settled(), 40,
-                       "the fleet incident and every delivery settled")
+            wait_until(
+                lambda: len(pair[0].incidents()) == 13 and db.settled(),
+                40,
+                "the fleet incident and every delivery settled",
+            )
             msgs = [r.json() for r in rx.accepted()]
             assert len(msgs) == 1, [m["incident"]["id"] for m in msgs]
             (page,) = msgs
@@ -101,11 +119,15 @@ def test_a_deployment_failing_on_one_driver_pages_once_as_a_fleet(
             inc = page["incident"]
             assert page["event"] == "opened" and inc["id"].startswith("fleet-")
             assert inc["extra"]["fleet"]["count"] == 12
-            assert (inc["extra"]["fleet"]["key"], inc["extra"]["fleet"]["value"]) == \
-                ("driver_branch", "cuda12.8")
+            assert (inc["extra"]["fleet"]["key"], inc["extra"]["fleet"]["value"]) == (
+                "driver_branch",
+                "cuda12.8",
+            )
             assert inc["namespace"] == NS
-            statuses = Counter((d["incident_id"] == inc["id"], d["status"]) for d in db.rows(
-                "SELECT incident_id, status FROM deliveries"))
+            statuses = Counter(
+                (d["incident_id"] == inc["id"], d["status"])
+                for d in db.rows("SELECT incident_id, status FROM deliveries")
+            )
             assert statuses == {(False, "inhibited"): 12, (True, "sent"): 1}
             fleet = pair[1].http.get(f"/incidents/{inc['id']}").json()
             assert sorted(m["pod"] for m in fleet["members"]) == sorted(PODS)

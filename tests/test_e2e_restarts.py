@@ -65,8 +65,16 @@ def container_records(path: Path, n: int, offset: float, pod: str = POD) -> list
     out = []
     for t, fd, text in log_lines(path):
         assert t is not None
-        out.append({"date": t + offset, "stream": fd, "_p": "F", "log": text,
-                    "kubernetes": kube, "@timestamp": iso_ns(t + offset)})
+        out.append(
+            {
+                "date": t + offset,
+                "stream": fd,
+                "_p": "F",
+                "log": text,
+                "kubernetes": kube,
+                "@timestamp": iso_ns(t + offset),
+            }
+        )
     return out
 
 
@@ -75,13 +83,20 @@ def webhooks(rx: Receiver) -> list[dict[str, Any]]:
 
 
 def test_three_containers_of_one_pod_failing_the_same_way_page_once_for_the_crash_loop(
-        svc: Callable[..., Sentinel], tmp_path: Path) -> None:
+    svc: Callable[..., Sentinel], tmp_path: Path
+) -> None:
     import time
 
     url = f"sqlite:///{tmp_path / 'sentinel.db'}"
     with Receiver() as rx:
-        s = svc(service_config(store_url=url, api_port=free_port(),
-                               receivers=[webhook(rx.url)], notify={"group_wait_s": 0.3}))
+        s = svc(
+            service_config(
+                store_url=url,
+                api_port=free_port(),
+                receivers=[webhook(rx.url)],
+                notify={"group_wait_s": 0.3},
+            )
+        )
         db = Db(url)
         try:
             ends = [log_lines(p)[-1][0] for p in LOOP]
@@ -89,8 +104,11 @@ def test_three_containers_of_one_pod_failing_the_same_way_page_once_for_the_cras
             key = f"{NS}/{POD}/vllm"
             for n, path in enumerate(LOOP):
                 body = container_records(path, n, offset)
-                r = s.http.post("/ingest", content=json.dumps(body).encode(),
-                                headers={"Content-Type": "application/json"})
+                r = s.http.post(
+                    "/ingest",
+                    content=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
                 assert r.status_code == 200, r.text  # answered once stored
                 assert s.stream(key)["run"] == n
                 wait_until(db.settled, 20, "every delivery to be sent")
@@ -120,35 +138,54 @@ def test_three_containers_of_one_pod_failing_the_same_way_page_once_for_the_cras
 
 
 def test_warnings_of_real_servers_are_stored_with_their_own_advice_and_never_page(
-        svc: Callable[..., Sentinel], tmp_path: Path) -> None:
+    svc: Callable[..., Sentinel], tmp_path: Path
+) -> None:
     import time
 
     from service.classify.rules import RULES_DIR, load_playbook
 
-    moves = {rule: " ".join(str(e["first_move"]).split())
-             for rule, e in load_playbook(RULES_DIR)["warnings"].items()}
+    moves = {
+        rule: " ".join(str(e["first_move"]).split())
+        for rule, e in load_playbook(RULES_DIR)["warnings"].items()
+    }
     url = f"sqlite:///{tmp_path / 'sentinel.db'}"
-    pods = {"chat-busy-0": REAL / "serving-kv-saturated.cri.log",
-            "chat-prefix-0": REAL / "prefix-caching-zero-hit.cri.log",
-            "chat-ok-0": REAL / "healthy-serving-prefix-caching-sigterm.cri.log"}
+    pods = {
+        "chat-busy-0": REAL / "serving-kv-saturated.cri.log",
+        "chat-prefix-0": REAL / "prefix-caching-zero-hit.cri.log",
+        "chat-ok-0": REAL / "healthy-serving-prefix-caching-sigterm.cri.log",
+    }
     with Receiver() as rx:
-        s = svc(service_config(store_url=url, api_port=free_port(),
-                               receivers=[webhook(rx.url)], notify={"group_wait_s": 0.3}))
+        s = svc(
+            service_config(
+                store_url=url,
+                api_port=free_port(),
+                receivers=[webhook(rx.url)],
+                notify={"group_wait_s": 0.3},
+            )
+        )
         db = Db(url)
         try:
             for n, (pod, path) in enumerate(pods.items()):
                 body = container_records(path, n, time.time() - log_lines(path)[-1][0], pod)
-                r = s.http.post("/ingest", content=json.dumps(body).encode(),
-                                headers={"Content-Type": "application/json"})
+                r = s.http.post(
+                    "/ingest",
+                    content=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
                 assert r.status_code == 200, r.text
             wait_until(db.settled, 20, "every delivery to be sent")
             found = {(w["pod"], w["rule"]): w for w in s.incidents(severity="warning")}
             assert set(found) == {
-                ("chat-busy-0", "kv-cache-barely-fits"), ("chat-busy-0", "kv-cache-saturated"),
-                ("chat-busy-0", "waiting-queue-growing"), ("chat-prefix-0", "prefix-cache-hit-zero")}
+                ("chat-busy-0", "kv-cache-barely-fits"),
+                ("chat-busy-0", "kv-cache-saturated"),
+                ("chat-busy-0", "waiting-queue-growing"),
+                ("chat-prefix-0", "prefix-cache-hit-zero"),
+            }
             for (_, rule), w in found.items():
                 assert w["remediation"] == moves[rule] and w["detail"], rule
-            assert "100.0%, 100.0%, 100.0%" in found[("chat-busy-0", "kv-cache-saturated")]["detail"]
+            assert (
+                "100.0%, 100.0%, 100.0%" in found[("chat-busy-0", "kv-cache-saturated")]["detail"]
+            )
             assert s.incidents(severity="critical") == []
             time.sleep(1.0)
             assert rx.requests == []  # warnings never page
@@ -157,7 +194,8 @@ def test_warnings_of_real_servers_are_stored_with_their_own_advice_and_never_pag
 
 
 def test_two_replicas_failing_alike_30_s_apart_are_two_incidents_and_two_pages(
-        svc: Callable[..., Sentinel], tmp_path: Path) -> None:
+    svc: Callable[..., Sentinel], tmp_path: Path
+) -> None:
     """Two replicas of one Deployment (one ReplicaSet hash) on one node, the second failing
     the same way 30 s after the first: two incidents, each paged, neither a restart of the
     other. A third pod created by the ReplicaSet after the second was deleted (what
@@ -169,8 +207,14 @@ def test_two_replicas_failing_alike_30_s_apart_are_two_incidents_and_two_pages(
     url = f"sqlite:///{tmp_path / 'sentinel.db'}"
     pods = ["kimi-7d9f8b6c4-aaaaa", "kimi-7d9f8b6c4-bbbbb", "kimi-7d9f8b6c4-ccccc"]
     with Receiver() as rx:
-        s = svc(service_config(store_url=url, api_port=free_port(),
-                               receivers=[webhook(rx.url)], notify={"group_wait_s": 0.3}))
+        s = svc(
+            service_config(
+                store_url=url,
+                api_port=free_port(),
+                receivers=[webhook(rx.url)],
+                notify={"group_wait_s": 0.3},
+            )
+        )
         db = Db(url)
         try:
             first, last = log_lines(LOOP[0])[0][0], log_lines(LOOP[0])[-1][0]
@@ -178,8 +222,11 @@ def test_two_replicas_failing_alike_30_s_apart_are_two_incidents_and_two_pages(
             base = time.time() - 3 * (last - first) - 120
 
             def post(body: list[dict[str, Any]]) -> None:
-                r = s.http.post("/ingest", content=json.dumps(body).encode(),
-                                headers={"Content-Type": "application/json"})
+                r = s.http.post(
+                    "/ingest",
+                    content=json.dumps(body).encode(),
+                    headers={"Content-Type": "application/json"},
+                )
                 assert r.status_code == 200, r.text
 
             # replica b starts 30 s after replica a's last line
@@ -195,10 +242,18 @@ def test_two_replicas_failing_alike_30_s_apart_are_two_incidents_and_two_pages(
 
             gone = starts[1] + (last - first) + 5
             stamp = iso_ns(gone)
-            post([{"date": gone, **rs_event("SuccessfulDelete", f"Deleted pod: {pods[1]}",
-                                            stamp)},
-                  {"date": gone, **rs_event("SuccessfulCreate", f"Created pod: {pods[2]}",
-                                            stamp)}])
+            post(
+                [
+                    {
+                        "date": gone,
+                        **rs_event("SuccessfulDelete", f"Deleted pod: {pods[1]}", stamp),
+                    },
+                    {
+                        "date": gone,
+                        **rs_event("SuccessfulCreate", f"Created pod: {pods[2]}", stamp),
+                    },
+                ]
+            )
             post(container_records(LOOP[0], 2, gone + 20 - first, pod=pods[2]))
             wait_until(db.settled, 20, "every delivery to be sent")
             assert len([m for m in webhooks(rx) if m["event"] == "opened"]) == 2
@@ -211,9 +266,15 @@ def test_two_replicas_failing_alike_30_s_apart_are_two_incidents_and_two_pages(
 
 def rs_event(reason: str, message: str, at: str) -> dict[str, Any]:
     """A ReplicaSet controller's event, as Fluent Bit's kubernetes_events input ships it."""
-    return {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": reason,
-            "message": message, "count": 1, "lastTimestamp": at,
-            "involvedObject": {"kind": "ReplicaSet", "namespace": NS,
-                               "name": "kimi-7d9f8b6c4"},
-            "metadata": {"uid": f"{reason}-{message}", "namespace": NS},
-            "source": {"component": "replicaset-controller"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "type": "Normal",
+        "reason": reason,
+        "message": message,
+        "count": 1,
+        "lastTimestamp": at,
+        "involvedObject": {"kind": "ReplicaSet", "namespace": NS, "name": "kimi-7d9f8b6c4"},
+        "metadata": {"uid": f"{reason}-{message}", "namespace": NS},
+        "source": {"component": "replicaset-controller"},
+    }

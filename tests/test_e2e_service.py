@@ -151,10 +151,10 @@ def check_signed(req: Request) -> dict[str, Any]:
     """The webhook body, after checking its signature and headers."""
     ts = req.header("X-Sentinel-Timestamp")
     assert ts is not None
-    assert verify_signature(SECRET, ts, req.body, req.header("X-Sentinel-Signature"),
-                            max_age_s=300), "bad X-Sentinel-Signature"
-    assert not verify_signature("wrong-secret", ts, req.body,
-                                req.header("X-Sentinel-Signature"))
+    assert verify_signature(
+        SECRET, ts, req.body, req.header("X-Sentinel-Signature"), max_age_s=300
+    ), "bad X-Sentinel-Signature"
+    assert not verify_signature("wrong-secret", ts, req.body, req.header("X-Sentinel-Signature"))
     body = req.json()
     assert req.header("X-Sentinel-Event-Id") == body["event_id"]
     assert req.header("X-Sentinel-Event") == body["event"]
@@ -177,19 +177,30 @@ def assert_once_each(requests: list[Request], incident_ids: set[str]) -> None:
     dup = [e for e, n in Counter(events).items() if n > 1]
     assert not dup, f"event ids delivered more than once: {dup}"
     got = {i for i, _, _ in accepted_events(requests)}
-    assert got == incident_ids, (f"missing {sorted(incident_ids - got)}, "
-                                 f"unexpected {sorted(got - incident_ids)}")
+    assert got == incident_ids, (
+        f"missing {sorted(incident_ids - got)}, unexpected {sorted(got - incident_ids)}"
+    )
 
 
 # ---- 1. one failing startup → one incident → one signed webhook ----------------------------
 def test_failing_startup_from_kafka_pages_once_and_healthy_pages_nothing(
-        kafka_bootstrap: str, launch: Callable[..., Sentinel], receiver: Receiver,
-        sqlite_url: str, db_of: Callable[[str], Db]) -> None:
+    kafka_bootstrap: str,
+    launch: Callable[..., Sentinel],
+    receiver: Receiver,
+    sqlite_url: str,
+    db_of: Callable[[str], Db],
+) -> None:
     topic = create_topic(kafka_bootstrap, 2, "e2e-one")
-    svc = launch("one", service_config(
-        store_url=sqlite_url, api_port=free_port(),
-        kafka=kafka_source(kafka_bootstrap, topic, unique("g")),
-        receivers=[webhook(receiver.url)], notify={"group_wait_s": 1.0}))
+    svc = launch(
+        "one",
+        service_config(
+            store_url=sqlite_url,
+            api_port=free_port(),
+            kafka=kafka_source(kafka_bootstrap, topic, unique("g")),
+            receivers=[webhook(receiver.url)],
+            notify={"group_wait_s": 1.0},
+        ),
+    )
     svc.wait_assigned()
     pods = {"kimi-kv-0": KV_CACHE, "chat-ok-0": HEALTHY}
     logs = [fluent_bit_records(path, NS, pod) for pod, path in pods.items()]
@@ -216,7 +227,10 @@ def test_failing_startup_from_kafka_pages_once_and_healthy_pages_nothing(
         assert body["event"] == "opened" and body["event_id"] == f"{inc['id']}.v1"
         got = body["incident"]
         assert (got["tier"], got["category"], got["stage"]) == (
-            want["tier"], want["category"], want["stage"])
+            want["tier"],
+            want["category"],
+            want["stage"],
+        )
         assert got["meta"]["namespace"] == NS and got["meta"]["pod"] == pod
         assert got["stream"] == f"{NS}/{pod}/vllm"
         assert got["url"].endswith(f"/incidents/{inc['id']}")
@@ -224,12 +238,19 @@ def test_failing_startup_from_kafka_pages_once_and_healthy_pages_nothing(
 
 
 # ---- 6. writes need the token ---------------------------------------------------------------
-def test_unauthenticated_writes_are_refused(launch: Callable[..., Sentinel],
-                                            receiver: Receiver, sqlite_url: str,
-                                            db_of: Callable[[str], Db]) -> None:
+def test_unauthenticated_writes_are_refused(
+    launch: Callable[..., Sentinel], receiver: Receiver, sqlite_url: str, db_of: Callable[[str], Db]
+) -> None:
     token = "e2e-" + uuid.uuid4().hex
-    svc = launch("auth", service_config(store_url=sqlite_url, api_port=free_port(),
-                                        token=token, receivers=[webhook(receiver.url)]))
+    svc = launch(
+        "auth",
+        service_config(
+            store_url=sqlite_url,
+            api_port=free_port(),
+            token=token,
+            receivers=[webhook(receiver.url)],
+        ),
+    )
     records = fluent_bit_records(REAL / "bad-dtype.cri.log", NS, "auth-0")
     for r in records:  # Fluent Bit http output, format json: date key as a double
         r["date"] = time.time()
@@ -239,8 +260,9 @@ def test_unauthenticated_writes_are_refused(launch: Callable[..., Sentinel],
     wrong = {"Authorization": "Bearer not-the-token"}
     good = svc.headers()
 
-    def post(path: str, auth: dict[str, str], extra: dict[str, str] | None = None,
-             **kw: Any) -> int:
+    def post(
+        path: str, auth: dict[str, str], extra: dict[str, str] | None = None, **kw: Any
+    ) -> int:
         return svc.http.post(path, headers={**(extra or {}), **auth}, **kw).status_code
 
     assert post("/ingest", {}, **ingest) == 401
@@ -257,8 +279,14 @@ def test_unauthenticated_writes_are_refused(launch: Callable[..., Sentinel],
     assert post(f"/incidents/{inc['id']}/resolve", {}, **resolve) == 401
     assert post(f"/incidents/{inc['id']}/resolve", wrong, **resolve) == 401
     assert svc.incidents()[0]["status"] == "open"
-    silence = {"json": {"matchers": {"namespace": [NS]}, "ends_at": time.time() + 600,
-                        "created_by": "e2e", "comment": "maintenance"}}
+    silence = {
+        "json": {
+            "matchers": {"namespace": [NS]},
+            "ends_at": time.time() + 600,
+            "created_by": "e2e",
+            "comment": "maintenance",
+        }
+    }
     assert post("/silences", {}, **silence) == 401
     assert post("/silences", wrong, **silence) == 401
     assert svc.http.get("/silences").json() == []
@@ -273,20 +301,32 @@ def test_unauthenticated_writes_are_refused(launch: Callable[..., Sentinel],
 
 # ---- 8. orderly shutdown keeps the stream state ---------------------------------------------
 def test_sigterm_exits_zero_and_a_restart_keeps_the_half_started_stream(
-        kafka_bootstrap: str, launch: Callable[..., Sentinel], sqlite_url: str,
-        db_of: Callable[[str], Db]) -> None:
+    kafka_bootstrap: str,
+    launch: Callable[..., Sentinel],
+    sqlite_url: str,
+    db_of: Callable[[str], Db],
+) -> None:
     topic = create_topic(kafka_bootstrap, 1, "e2e-term")
     group = unique("g")
-    svc = launch("term", service_config(store_url=sqlite_url, api_port=free_port(),
-                                        kafka=kafka_source(kafka_bootstrap, topic, group)))
+    svc = launch(
+        "term",
+        service_config(
+            store_url=sqlite_url,
+            api_port=free_port(),
+            kafka=kafka_source(kafka_bootstrap, topic, group),
+        ),
+    )
     svc.wait_assigned()
     messages = [kafka_message(r) for r in fluent_bit_records(HEALTHY, NS, "half-0")]
     head, tail = messages[:40], messages[40:]  # stopped while loading the model
     exp_head, exp_all = Expected.of(head), Expected.of(messages)
     key = f"{NS}/half-0/vllm"
     produce(kafka_bootstrap, topic, head)
-    wait_until(lambda: (svc.stream(key) or {}).get("lines") == exp_head.lines[key], 30,
-               "the first 40 lines")
+    wait_until(
+        lambda: (svc.stream(key) or {}).get("lines") == exp_head.lines[key],
+        30,
+        "the first 40 lines",
+    )
     before = svc.stream(key)
     assert (before["status"], before["stage"]) == ("starting", "model_load")
 
@@ -315,7 +355,9 @@ def test_sigterm_exits_zero_and_a_restart_keeps_the_half_started_stream(
 # model, capacity): fleet-prone ones (driver, GPU visibility, NCCL ...) may be held back to
 # be paged as one fleet incident, which is not what these tests are about.
 ONCE_LOGS = [
-    REAL / "bad-dtype.cri.log", REAL / "port-in-use.cri.log", REAL / "tokenizer-missing.cri.log",
+    REAL / "bad-dtype.cri.log",
+    REAL / "port-in-use.cri.log",
+    REAL / "tokenizer-missing.cri.log",
     REAL / "worker-killed-while-serving.cri.log",
     CORPUS / "gh-vllm-28143-oom-weights-linear-create-weights.log",
     CORPUS / "gh-arcticinference-37-worker-killed-after-weights.log",
@@ -325,15 +367,28 @@ ONCE_LOGS = [
 
 
 def test_two_instances_split_the_partitions_and_page_each_incident_once(
-        kafka_bootstrap: str, pg_url: str, launch: Callable[..., Sentinel], receiver: Receiver,
-        db_of: Callable[[str], Db]) -> None:
+    kafka_bootstrap: str,
+    pg_url: str,
+    launch: Callable[..., Sentinel],
+    receiver: Receiver,
+    db_of: Callable[[str], Db],
+) -> None:
     topic = create_topic(kafka_bootstrap, 4, "e2e-pair")
     group = unique("g")
-    pair = [launch(name, service_config(
-        store_url=pg_url, api_port=free_port(),
-        kafka=kafka_source(kafka_bootstrap, topic, group),
-        receivers=[webhook(receiver.url)], instance_id=f"e2e-{name}"), start=False)
-        for name in ("a", "b")]
+    pair = [
+        launch(
+            name,
+            service_config(
+                store_url=pg_url,
+                api_port=free_port(),
+                kafka=kafka_source(kafka_bootstrap, topic, group),
+                receivers=[webhook(receiver.url)],
+                instance_id=f"e2e-{name}",
+            ),
+            start=False,
+        )
+        for name in ("a", "b")
+    ]
     for s in pair:  # both start at once: they migrate the same fresh schema concurrently
         s.start()
     for s in pair:
@@ -348,8 +403,7 @@ def test_two_instances_split_the_partitions_and_page_each_incident_once(
     wait_until(split, 30, "the two instances to split the 4 partitions")
     failing = pods_per_partition(NS, "crash", 4, 2)  # 2 failing pods on every partition
     healthy = pods_per_partition(NS, "serve", 4, 1)
-    logs = [fluent_bit_records(path, NS, pod) for pod, path in zip(failing, ONCE_LOGS,
-                                                                  strict=True)]
+    logs = [fluent_bit_records(path, NS, pod) for pod, path in zip(failing, ONCE_LOGS, strict=True)]
     logs += [serving_records(NS, pod, 300) for pod in healthy]
     messages = [kafka_message(r) for r in interleave(logs)]
     exp = Expected.of(messages)
@@ -365,22 +419,34 @@ def test_two_instances_split_the_partitions_and_page_each_incident_once(
     assert_once_each(receiver.requests, set(exp.critical()))
     if all(k == ["opened"] for k in exp.notifiable.values()):
         assert len(receiver.accepted()) == len(failing)
-    assert sum(s.metric("sentinel_deliveries_total", outcome="sent") for s in pair) == \
-        len(receiver.accepted())
+    assert sum(s.metric("sentinel_deliveries_total", outcome="sent") for s in pair) == len(
+        receiver.accepted()
+    )
 
 
 # ---- 3. SIGKILL mid-stream, restart: nothing lost, nothing twice ----------------------------
 def test_sigkill_mid_stream_and_restart_loses_and_repeats_nothing(
-        kafka_bootstrap: str, launch: Callable[..., Sentinel], receiver: Receiver,
-        sqlite_url: str, db_of: Callable[[str], Db]) -> None:
+    kafka_bootstrap: str,
+    launch: Callable[..., Sentinel],
+    receiver: Receiver,
+    sqlite_url: str,
+    db_of: Callable[[str], Db],
+) -> None:
     topic = create_topic(kafka_bootstrap, 4, "e2e-kill")
-    svc = launch("kill", service_config(
-        store_url=sqlite_url, api_port=free_port(),
-        kafka=kafka_source(kafka_bootstrap, topic, unique("g")),
-        receivers=[webhook(receiver.url)]))
+    svc = launch(
+        "kill",
+        service_config(
+            store_url=sqlite_url,
+            api_port=free_port(),
+            kafka=kafka_source(kafka_bootstrap, topic, unique("g")),
+            receivers=[webhook(receiver.url)],
+        ),
+    )
     svc.wait_assigned()
-    failing = [fluent_bit_records(path, NS, f"crash-{i}")
-               for i, path in enumerate(ONCE_LOGS + [KV_CACHE, HEADS_NOT_DIVISIBLE])]
+    failing = [
+        fluent_bit_records(path, NS, f"crash-{i}")
+        for i, path in enumerate(ONCE_LOGS + [KV_CACHE, HEADS_NOT_DIVISIBLE])
+    ]
     filler = [serving_records(NS, f"serve-{i}", 2500) for i in range(8)]
     records = spread(interleave(filler), failing)
     messages = [kafka_message(r) for r in records]
@@ -407,8 +473,11 @@ def test_sigkill_mid_stream_and_restart_loses_and_repeats_nothing(
     thread = threading.Thread(target=producer, daemon=True)
     thread.start()
     db = db_of(sqlite_url)
-    wait_until(lambda: svc.metric("sentinel_lines_total", source="kafka") >= total * 0.35, 30,
-               "a third of the stream to be read")
+    wait_until(
+        lambda: svc.metric("sentinel_lines_total", source="kafka") >= total * 0.35,
+        30,
+        "a third of the stream to be read",
+    )
     # not while a webhook is on the wire (that one would legitimately be sent again)
     wait_until(lambda: db.leased() == 0, 10, "no delivery in flight")
     read = svc.metric("sentinel_lines_total", source="kafka")
@@ -436,15 +505,23 @@ def test_sigkill_mid_stream_and_restart_loses_and_repeats_nothing(
 
 # ---- 4. a receiver that is down gets everything once it is back -----------------------------
 def test_receiver_down_then_back_gets_every_alert_once(
-        kafka_bootstrap: str, launch: Callable[..., Sentinel], sqlite_url: str,
-        db_of: Callable[[str], Db]) -> None:
+    kafka_bootstrap: str,
+    launch: Callable[..., Sentinel],
+    sqlite_url: str,
+    db_of: Callable[[str], Db],
+) -> None:
     topic = create_topic(kafka_bootstrap, 1, "e2e-down")
     port = free_port()  # nothing listens yet: connections are refused
-    svc = launch("down", service_config(
-        store_url=sqlite_url, api_port=free_port(),
-        kafka=kafka_source(kafka_bootstrap, topic, unique("g")),
-        receivers=[webhook(f"http://127.0.0.1:{port}/hook", timeout_s=1.0)],
-        notify={"group_wait_s": 0.2, "backoff_base_s": 0.2, "backoff_max_s": 0.6}))
+    svc = launch(
+        "down",
+        service_config(
+            store_url=sqlite_url,
+            api_port=free_port(),
+            kafka=kafka_source(kafka_bootstrap, topic, unique("g")),
+            receivers=[webhook(f"http://127.0.0.1:{port}/hook", timeout_s=1.0)],
+            notify={"group_wait_s": 0.2, "backoff_base_s": 0.2, "backoff_max_s": 0.6},
+        ),
+    )
     svc.wait_assigned()
     logs = [fluent_bit_records(path, NS, f"down-{i}") for i, path in enumerate(ONCE_LOGS[:3])]
     messages = [kafka_message(r) for r in interleave(logs)]
@@ -491,14 +568,23 @@ JUNK: list[tuple[bytes | None, bytes | None]] = [
 
 
 def test_junk_records_are_counted_and_skipped_around_a_failure(
-        kafka_bootstrap: str, launch: Callable[..., Sentinel], receiver: Receiver,
-        sqlite_url: str, db_of: Callable[[str], Db]) -> None:
+    kafka_bootstrap: str,
+    launch: Callable[..., Sentinel],
+    receiver: Receiver,
+    sqlite_url: str,
+    db_of: Callable[[str], Db],
+) -> None:
     topic = create_topic(kafka_bootstrap, 1, "e2e-junk")
     group = unique("g")
-    svc = launch("junk", service_config(
-        store_url=sqlite_url, api_port=free_port(),
-        kafka=kafka_source(kafka_bootstrap, topic, group, format="fluent"),
-        receivers=[webhook(receiver.url)]))
+    svc = launch(
+        "junk",
+        service_config(
+            store_url=sqlite_url,
+            api_port=free_port(),
+            kafka=kafka_source(kafka_bootstrap, topic, group, format="fluent"),
+            receivers=[webhook(receiver.url)],
+        ),
+    )
     svc.wait_assigned()
     good = [kafka_message(r) for r in fluent_bit_records(KV_CACHE, NS, "junk-0")]
     exp = Expected.of(good)
@@ -519,8 +605,11 @@ def test_junk_records_are_counted_and_skipped_around_a_failure(
     (inc,) = svc.incidents()
     assert inc["id"] in exp.critical() and inc["pod"] == "junk-0"
     assert_once_each(receiver.requests, {inc["id"]})
-    wait_until(lambda: committed(kafka_bootstrap, group, topic, 1) == {0: len(messages)}, 10,
-               "the commit past the last record")
+    wait_until(
+        lambda: committed(kafka_bootstrap, group, topic, 1) == {0: len(messages)},
+        10,
+        "the commit past the last record",
+    )
 
 
 # ---- 7. Forward protocol: fluent-logger, and acknowledged chunks ----------------------------
@@ -538,12 +627,10 @@ def event_time(t: float) -> msgpack.ExtType:
     return msgpack.ExtType(0, struct.pack(">II", sec, int((t - sec) * 1e9)))
 
 
-def send_chunk(port: int, tag: str, events: list[tuple[float, dict[str, Any]]],
-               chunk: str) -> Any:
+def send_chunk(port: int, tag: str, events: list[tuple[float, dict[str, Any]]], chunk: str) -> Any:
     """One PackedForward message, gzip-compressed, with the ``chunk`` option (Fluent Bit's
     forward output with Require_ack_response + Compress gzip); returns the server's answer."""
-    entries = b"".join(msgpack.packb([event_time(t), rec], use_bin_type=True)
-                       for t, rec in events)
+    entries = b"".join(msgpack.packb([event_time(t), rec], use_bin_type=True) for t, rec in events)
     option = {"chunk": chunk, "size": len(events), "compressed": "gzip"}
     message = msgpack.packb([tag, gzip.compress(entries), option], use_bin_type=True)
     unpacker = msgpack.Unpacker(raw=False)
@@ -558,24 +645,31 @@ def send_chunk(port: int, tag: str, events: list[tuple[float, dict[str, Any]]],
 
 
 def test_forward_protocol_fluent_logger_and_acked_chunks(
-        launch: Callable[..., Sentinel], receiver: Receiver, sqlite_url: str,
-        db_of: Callable[[str], Db]) -> None:
+    launch: Callable[..., Sentinel], receiver: Receiver, sqlite_url: str, db_of: Callable[[str], Db]
+) -> None:
     from fluent import sender
 
     port = free_port()
-    svc = launch("fwd", service_config(store_url=sqlite_url, api_port=free_port(),
-                                       forward_port=port, receivers=[webhook(receiver.url)]))
+    svc = launch(
+        "fwd",
+        service_config(
+            store_url=sqlite_url,
+            api_port=free_port(),
+            forward_port=port,
+            receivers=[webhook(receiver.url)],
+        ),
+    )
     db = db_of(sqlite_url)
     # fluent-logger: Message mode, EventTime, no acks
     logged = fluent_bit_records(REAL / "port-in-use.cri.log", NS, "fwd-0")
     exp = Expected.of([kafka_message(r) for r in logged])
-    client = sender.FluentSender("kube", host="127.0.0.1", port=port,
-                                 nanosecond_precision=True)
+    client = sender.FluentSender("kube", host="127.0.0.1", port=port, nanosecond_precision=True)
     try:
         for r in logged:
             t, event = forward_event(r)
-            assert client.emit_with_time("var.log.containers.fwd-0_llm-prod_vllm.log", t, event), \
+            assert client.emit_with_time("var.log.containers.fwd-0_llm-prod_vllm.log", t, event), (
                 client.last_error
+            )
     finally:
         client.close()
     settle([svc], db, exp)
@@ -605,15 +699,24 @@ def test_forward_protocol_fluent_logger_and_acked_chunks(
 
 # ---- 9. HTTP ingest into two replicas: one stream, alternating ------------------------------
 def test_http_ingest_alternating_between_replicas_keeps_every_line(
-        pg_url: str, launch: Callable[..., Sentinel], receiver: Receiver,
-        db_of: Callable[[str], Db]) -> None:
+    pg_url: str, launch: Callable[..., Sentinel], receiver: Receiver, db_of: Callable[[str], Db]
+) -> None:
     """A load balancer spreads one collector's batches over two replicas: each replica must
     continue from the stream as stored (the other one may have moved it on), not from what
     it last held in memory."""
-    pair = [launch(name, service_config(store_url=pg_url, api_port=free_port(),
-                                        receivers=[webhook(receiver.url)],
-                                        instance_id=f"e2e-{name}"), start=False)
-            for name in ("a", "b")]
+    pair = [
+        launch(
+            name,
+            service_config(
+                store_url=pg_url,
+                api_port=free_port(),
+                receivers=[webhook(receiver.url)],
+                instance_id=f"e2e-{name}",
+            ),
+            start=False,
+        )
+        for name in ("a", "b")
+    ]
     for s in pair:
         s.start()
     for s in pair:
@@ -623,10 +726,13 @@ def test_http_ingest_alternating_between_replicas_keeps_every_line(
     for r in records:  # Fluent Bit http output, format json
         r["date"] = time.time()
         del r["@timestamp"]
-    batches = [records[i:i + 20] for i in range(0, len(records), 20)]
+    batches = [records[i : i + 20] for i in range(0, len(records), 20)]
     for i, batch in enumerate(batches):
-        r = pair[i % 2].http.post("/ingest", content=json.dumps(batch).encode(),
-                                  headers={"Content-Type": "application/json"})
+        r = pair[i % 2].http.post(
+            "/ingest",
+            content=json.dumps(batch).encode(),
+            headers={"Content-Type": "application/json"},
+        )
         assert r.status_code == 200, r.text
     settle(pair, db_of(pg_url), exp)
     key = f"{NS}/lb-0/vllm"

@@ -21,9 +21,15 @@ CASES = [
     "gh-gpustack-2691-error-803-raw-traceback",
     "gh-llmd-352-nccl-dev-shm-no-space",
 ]
-POD = {"pod_name": "qwen-7d9f8c6b5d-x2x4z", "namespace_name": "llm", "container_name": "vllm",
-       "docker_id": "a" * 64, "host": "gpu-node-7", "container_image": "vllm/vllm-openai:v0.11.0",
-       "labels": {"app": "qwen"}}
+POD = {
+    "pod_name": "qwen-7d9f8c6b5d-x2x4z",
+    "namespace_name": "llm",
+    "container_name": "vllm",
+    "docker_id": "a" * 64,
+    "host": "gpu-node-7",
+    "container_image": "vllm/vllm-openai:v0.11.0",
+    "labels": {"app": "qwen"},
+}
 
 
 def wrap(line: str, fmt: str, i: int) -> str:

@@ -221,7 +221,7 @@ def test_real_vllm_cri_captures_decode_to_the_plain_log(cri_path):
     if attempt is not None:  # the plain log holds every attempt, appended
         before = sum(a["lines"] for a in meta["attempts"][:attempt])
         meta = meta["attempts"][attempt]
-        plain = plain[before:before + meta["lines"]]
+        plain = plain[before : before + meta["lines"]]
     records = list(read_file(str(cri_path)))
     assert [r.text for r in records] == plain  # \r, ANSI and tqdm bars untouched
     assert len(records) == meta["lines"]

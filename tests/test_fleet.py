@@ -17,12 +17,18 @@ DRIVER = [
 
 def failing_pod(i: int, driver: str = "575.57.08", ns: str = "llm") -> dict:
     clf = Classifier(RB)
-    meta = {"namespace": ns, "pod": f"kimi-{i}-7d9f8c6b5d-x2x4z", "container": "vllm",
-            "image": "vllm/vllm-openai:kimi-k3", "node": f"gpu-{i}"}
+    meta = {
+        "namespace": ns,
+        "pod": f"kimi-{i}-7d9f8c6b5d-x2x4z",
+        "container": "vllm",
+        "image": "vllm/vllm-openai:kimi-k3",
+        "node": f"gpu-{i}",
+    }
     changes = []
     for t in DRIVER:
-        changes += clf.feed(LogRecord(f"{ns}/kimi-{i}/vllm", t.replace("575.57.08", driver),
-                                      meta=meta))
+        changes += clf.feed(
+            LogRecord(f"{ns}/kimi-{i}/vllm", t.replace("575.57.08", driver), meta=meta)
+        )
     return changes[0].incident.to_dict()
 
 

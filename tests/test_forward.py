@@ -709,8 +709,10 @@ def test_chunk_ids_resent_chunk_is_acked_not_applied_and_neighbours_are_kept():
         await client.send(chunked)
         assert await client.receive() == {"ack": "c1"}
         # one read: a plain message, the same chunk again, another plain message
-        data = b"".join(msgpack.packb(m, use_bin_type=True) for m in (
-            [TAG, T0, {"log": STARTUP}], chunked, [TAG, T0, {"log": ENGINE_FAILED}]))
+        data = b"".join(
+            msgpack.packb(m, use_bin_type=True)
+            for m in ([TAG, T0, {"log": STARTUP}], chunked, [TAG, T0, {"log": ENGINE_FAILED}])
+        )
         await client.send_raw(data)
         assert await client.receive() == {"ack": "c1"}
         await client.send([TAG, T0, {**part, "log": "b" * 10, "_p": "F"}])

@@ -59,7 +59,8 @@ async def forward(sink: Sink, **options: object) -> ForwardServer:
 
 # ---- exposure ---------------------------------------------------------------------------
 def test_beyond_loopback_without_a_shared_key_the_server_refuses_to_start(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async def main() -> None:
         server = ForwardServer(Sink(), host="0.0.0.0", port=0)
         with pytest.raises(InsecureConfigError, match="shared key"):
@@ -70,8 +71,7 @@ def test_beyond_loopback_without_a_shared_key_the_server_refuses_to_start(
         assert keyed.port != 0
         await keyed.stop()
         with caplog.at_level(logging.WARNING, logger="vllm_sentinel.ingest.forward"):
-            open_anyway = ForwardServer(Sink(), host="0.0.0.0", port=0,
-                                        allow_unauthenticated=True)
+            open_anyway = ForwardServer(Sink(), host="0.0.0.0", port=0, allow_unauthenticated=True)
             await open_anyway.start()
             await open_anyway.stop()
         assert "NO AUTHENTICATION" in caplog.text
@@ -95,11 +95,15 @@ def test_serve_refuses_an_open_forward_port_before_touching_the_store(tmp_path: 
 
     db = tmp_path / "never.db"
     config = tmp_path / "sentinel.yaml"
-    config.write_text(yaml.safe_dump({
-        "api": {"token": "t0ken"},
-        "store": {"url": f"sqlite:///{db}"},
-        "sources": {"forward": {"host": "0.0.0.0", "port": 0}},
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "api": {"token": "t0ken"},
+                "store": {"url": f"sqlite:///{db}"},
+                "sources": {"forward": {"host": "0.0.0.0", "port": 0}},
+            }
+        )
+    )
     with pytest.raises(InsecureConfigError, match="forward"):
         serve(str(config))
     assert not db.exists()
@@ -137,8 +141,11 @@ def test_connections_beyond_the_cap_are_closed_and_the_api_still_answers(tmp_pat
         ctx = make_context(tmp_path / "s.db", RuleBook())
         sink = Sink()
         server = await forward(sink, max_connections=cap)
-        api = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=0,
-                                            log_level="warning", lifespan="off"))
+        api = uvicorn.Server(
+            uvicorn.Config(
+                create_app(ctx), host="127.0.0.1", port=0, log_level="warning", lifespan="off"
+            )
+        )
         serving = asyncio.create_task(api.serve())
         clients: list[Client] = []
         try:
@@ -210,8 +217,9 @@ def test_unfinished_frames_over_the_global_budget_close_the_connection_that_pass
 
     async def main() -> None:
         sink = Sink()
-        server = await forward(sink, max_pending_bytes=budget, max_message_bytes=1 << 20,
-                               max_line=1 << 20)
+        server = await forward(
+            sink, max_pending_bytes=budget, max_message_bytes=1 << 20, max_line=1 << 20
+        )
         before = rejects("forward", "frame_budget")
         try:
             a = await Client.connect(server)
@@ -284,8 +292,13 @@ def test_a_tag_over_the_bound_is_dropped_acked_and_counted() -> None:
 class Child:
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.forward_fd_child"], cwd=ROOT, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            [sys.executable, "-m", "tests.forward_fd_child"],
+            cwd=ROOT,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self.ports = self.read()
 
     def read(self) -> dict:
@@ -347,8 +360,9 @@ def test_descriptor_exhaustion_is_survived_with_bounded_logs_and_the_api_answers
         assert child.ask("exhaust")["held"] > 0
         for _ in range(60):
             socks.append(socket.create_connection(("127.0.0.1", child.ports["forward"])))
-        api_waiting = [socket.create_connection(("127.0.0.1", child.ports["api"]))
-                       for _ in range(20)]
+        api_waiting = [
+            socket.create_connection(("127.0.0.1", child.ports["api"])) for _ in range(20)
+        ]
         socks += api_waiting
         time.sleep(3)
         stats = child.ask("stats")
@@ -379,4 +393,3 @@ def test_descriptor_exhaustion_is_survived_with_bounded_logs_and_the_api_answers
                 child.proc.kill()
                 child.proc.wait()
     assert child.proc.returncode == 0
-

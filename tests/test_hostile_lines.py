@@ -24,11 +24,58 @@ HEADER = "(VllmWorker rank=1 pid=42) ERROR 01-01 00:00:00 [core.py:1] "
 # One seed per family of construct the patterns of service/ and rules/ are built from:
 # words, spaces, brackets, prefixes, timestamps, paths, hosts, sizes, numbers, quotes, ANSI.
 SEEDS = [
-    "a", " ", "\t", "a ", "(", "(a pid=1) ", "[", "0", "00-", "0:", "-", "a.", "a:", ":",
-    ".py:", 'File "', "\x1b[", "[1;", "| ", "a | ", "a - ", "a/", "=", "a=", "'", '"', ", ",
-    "x@", "1.", "rank=1 ", "[rank0]: ", "NCCL ", "_", "Error", "0.0.", "E1203 ", "ERROR ",
-    "{", "0x", "1 GiB ", "1.1.1.1:", "a:1:", "a::", "host=", "'a/", "../", "v1.", "[00:00<",
-    "1 s", "CUDA out of memory ", "NCCL error ", "\\",
+    "a",
+    " ",
+    "\t",
+    "a ",
+    "(",
+    "(a pid=1) ",
+    "[",
+    "0",
+    "00-",
+    "0:",
+    "-",
+    "a.",
+    "a:",
+    ":",
+    ".py:",
+    'File "',
+    "\x1b[",
+    "[1;",
+    "| ",
+    "a | ",
+    "a - ",
+    "a/",
+    "=",
+    "a=",
+    "'",
+    '"',
+    ", ",
+    "x@",
+    "1.",
+    "rank=1 ",
+    "[rank0]: ",
+    "NCCL ",
+    "_",
+    "Error",
+    "0.0.",
+    "E1203 ",
+    "ERROR ",
+    "{",
+    "0x",
+    "1 GiB ",
+    "1.1.1.1:",
+    "a:1:",
+    "a::",
+    "host=",
+    "'a/",
+    "../",
+    "v1.",
+    "[00:00<",
+    "1 s",
+    "CUDA out of memory ",
+    "NCCL error ",
+    "\\",
 ]
 SUFFIXES = ["\x00!", " [repeated 3x across cluster]", "Error"]
 
@@ -79,8 +126,9 @@ def test_time_and_duration_parameters_are_bounded() -> None:
 @pytest.fixture
 def sentinel(tmp_path: Path) -> Iterator[Sentinel]:
     port = free_port()
-    cfg = service_config(store_url=f"sqlite:///{tmp_path}/s.db", api_port=port,
-                         token="hostile-test-token-0123456789")
+    cfg = service_config(
+        store_url=f"sqlite:///{tmp_path}/s.db", api_port=port, token="hostile-test-token-0123456789"
+    )
     s = Sentinel(tmp_path, "hostile", cfg)
     s.start().wait_ready()
     yield s
@@ -89,7 +137,8 @@ def sentinel(tmp_path: Path) -> Iterator[Sentinel]:
 
 
 def test_probes_answer_while_crafted_lines_arrive_and_a_real_oom_still_opens(
-        sentinel: Sentinel) -> None:
+    sentinel: Sentinel,
+) -> None:
     """Every family of crafted 1 MB line goes in through /classify and /ingest while the
     liveness probe is polled with the deployment's probe timeout (5 s): none may miss."""
     auth = {"Authorization": f"Bearer {sentinel.token}"}
@@ -102,12 +151,15 @@ def test_probes_answer_while_crafted_lines_arrive_and_a_real_oom_still_opens(
             with httpx.Client(base_url=base, headers=auth, timeout=120) as c:
                 for seed in SEEDS:
                     body = crafted(seed, HEADER, " Error").encode("utf-8", "replace")
-                    r = c.post("/classify", content=body,
-                               headers={"Content-Type": "text/plain"})
+                    r = c.post("/classify", content=body, headers={"Content-Type": "text/plain"})
                     if r.status_code >= 500:
                         errors.append(f"/classify {seed!r}: {r.status_code}")
-                    r = c.post("/ingest", content=body, params={"tag": f"hostile.{len(seed)}"},
-                               headers={"Content-Type": "text/plain"})
+                    r = c.post(
+                        "/ingest",
+                        content=body,
+                        params={"tag": f"hostile.{len(seed)}"},
+                        headers={"Content-Type": "text/plain"},
+                    )
                     if r.status_code >= 500:
                         errors.append(f"/ingest {seed!r}: {r.status_code}")
         finally:
@@ -124,11 +176,17 @@ def test_probes_answer_while_crafted_lines_arrive_and_a_real_oom_still_opens(
     assert not errors, errors
     assert probes > 5
 
-    oom = (HEADER + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
-           "GPU 0 has a total capacity of 79.15 GiB of which 1.12 GiB is free.")
+    oom = (
+        HEADER + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 0 has a total capacity of 79.15 GiB of which 1.12 GiB is free."
+    )
     with httpx.Client(base_url=base, headers=auth, timeout=30) as c:
-        r = c.post("/ingest", content=oom.encode(), params={"tag": "after.the.attack"},
-                   headers={"Content-Type": "text/plain"})
+        r = c.post(
+            "/ingest",
+            content=oom.encode(),
+            params={"tag": "after.the.attack"},
+            headers={"Content-Type": "text/plain"},
+        )
         assert r.status_code in (200, 202), r.text
         found = c.get("/incidents").json()
     items = found["items"] if isinstance(found, dict) else found

@@ -50,8 +50,9 @@ def client(ctx) -> Iterator[TestClient]:
         yield c
 
 
-def post(client: TestClient, body: bytes, content_type: str | None = "application/json",
-         **headers: str):
+def post(
+    client: TestClient, body: bytes, content_type: str | None = "application/json", **headers: str
+):
     h = {**WRITE, **headers}
     if content_type is not None:
         h["Content-Type"] = content_type
@@ -62,13 +63,18 @@ def bomb(mib: int) -> bytes:
     """A JSON body of ``mib`` MiB of blanks, gzip'd to about 1 KiB per MiB."""
     z = zlib.compressobj(9, zlib.DEFLATED, 31)
     blanks = b" " * MiB
-    return z.compress(b"[") + b"".join(z.compress(blanks) for _ in range(mib)) + \
-        z.compress(b"]") + z.flush()
+    return (
+        z.compress(b"[")
+        + b"".join(z.compress(blanks) for _ in range(mib))
+        + z.compress(b"]")
+        + z.flush()
+    )
 
 
 # ---- decompression budget -----------------------------------------------------------------
 def test_a_gzip_bomb_is_refused_while_inflating_with_bounded_memory(
-        client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     limit = 4 * MiB
     monkeypatch.setattr(ingest_route, "MAX_DECOMPRESSED", limit)
     body = bomb(40)
@@ -91,8 +97,9 @@ def test_a_gzip_bomb_is_refused_while_inflating_with_bounded_memory(
     assert DECOMPRESSED.used == used  # the lease went back to the global budget
 
 
-def test_a_body_within_the_limit_still_inflates(client: TestClient,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_body_within_the_limit_still_inflates(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ingest_route, "MAX_DECOMPRESSED", 4 * MiB)
     records = fluentbit_records(KV, kube("ns", "gz"))
     body = gzip.compress(json.dumps(records).encode())
@@ -115,14 +122,18 @@ def test_a_spent_global_budget_is_503_and_retry_works(client: TestClient) -> Non
 
 
 # ---- record cap ---------------------------------------------------------------------------
-@pytest.mark.parametrize(("content_type", "make"), [
-    ("text/plain", lambda n: b"line\n" * n),
-    ("application/x-ndjson", lambda n: b'{"log": "x"}\n' * n),
-    ("application/json", lambda n: json.dumps([{"log": "x"}] * n).encode()),
-    ("application/msgpack", lambda n: msgpack.packb([1, {"log": "x"}]) * n),
-])
+@pytest.mark.parametrize(
+    ("content_type", "make"),
+    [
+        ("text/plain", lambda n: b"line\n" * n),
+        ("application/x-ndjson", lambda n: b'{"log": "x"}\n' * n),
+        ("application/json", lambda n: json.dumps([{"log": "x"}] * n).encode()),
+        ("application/msgpack", lambda n: msgpack.packb([1, {"log": "x"}]) * n),
+    ],
+)
 def test_a_body_may_expand_to_a_bounded_number_of_records(
-        client: TestClient, monkeypatch: pytest.MonkeyPatch, content_type: str, make) -> None:
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, content_type: str, make
+) -> None:
     monkeypatch.setattr(ingest_route, "MAX_RECORDS", 1000)
     before = rejects("http", "too_many_records")
     r = post(client, gzip.compress(make(1001)), content_type, **{"Content-Encoding": "gzip"})
@@ -136,8 +147,12 @@ def test_a_tag_over_the_bound_is_400_and_counted(client: TestClient) -> None:
     body = json.dumps([{"log": "x"}]).encode()
     before = rejects("http", "tag_too_long")
     assert post(client, body, **{"X-Fluent-Tag": "t" * (MAX_TAG + 1)}).status_code == 400
-    r = client.post("/ingest", params={"tag": "t" * (MAX_TAG + 1)}, content=body,
-                    headers={**WRITE, "Content-Type": "application/json"})
+    r = client.post(
+        "/ingest",
+        params={"tag": "t" * (MAX_TAG + 1)},
+        content=body,
+        headers={**WRITE, "Content-Type": "application/json"},
+    )
     assert r.status_code == 400
     assert rejects("http", "tag_too_long") == before + 2
     r = post(client, body, **{"X-Fluent-Tag": "t" * MAX_TAG})
@@ -146,8 +161,17 @@ def test_a_tag_over_the_bound_is_400_and_counted(client: TestClient) -> None:
 
 
 def test_a_kubelet_tag_of_the_longest_valid_names_fits() -> None:
-    tag = ("kube.var.log.containers." + "p" * 253 + "_" + "n" * 63 + "_" + "c" * 63 + "-"
-           + "0" * 64 + ".log")
+    tag = (
+        "kube.var.log.containers."
+        + "p" * 253
+        + "_"
+        + "n" * 63
+        + "_"
+        + "c" * 63
+        + "-"
+        + "0" * 64
+        + ".log"
+    )
     assert len(tag) <= MAX_TAG
 
 
@@ -155,16 +179,20 @@ def test_a_kubelet_tag_of_the_longest_valid_names_fits() -> None:
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
 
-@pytest.mark.parametrize(("body", "content_type"), [
-    (b"junk line one\njunk line two\n", "application/octet-stream"),
-    (json.dumps([{"log": "x"}]).encode(), "application/octet-stream"),
-    (PNG, "image/png"),
-    (b"a=1&b=2", "application/x-www-form-urlencoded"),
-    (b"junk line one\njunk line two\n", None),
-    (PNG, None),
-])
-def test_junk_or_a_foreign_content_type_is_415(client: TestClient, body: bytes,
-                                               content_type: str | None) -> None:
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"junk line one\njunk line two\n", "application/octet-stream"),
+        (json.dumps([{"log": "x"}]).encode(), "application/octet-stream"),
+        (PNG, "image/png"),
+        (b"a=1&b=2", "application/x-www-form-urlencoded"),
+        (b"junk line one\njunk line two\n", None),
+        (PNG, None),
+    ],
+)
+def test_junk_or_a_foreign_content_type_is_415(
+    client: TestClient, body: bytes, content_type: str | None
+) -> None:
     before = rejects("http", "unsupported_media_type")
     r = post(client, body, content_type)
     assert r.status_code == 415, r.text
@@ -183,8 +211,9 @@ def test_the_collectors_types_are_still_read(client: TestClient) -> None:
 
 # ---- blank tokens ---------------------------------------------------------------------------
 @pytest.mark.parametrize("token", ["", " ", "   \t", "\n"])
-def test_a_blank_token_is_refused_by_the_settings(token: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_blank_token_is_refused_by_the_settings(
+    token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with pytest.raises(ValidationError):
         ApiSettings(token=token)
     with pytest.raises(ValidationError):
@@ -195,8 +224,9 @@ def test_a_blank_token_is_refused_by_the_settings(token: str,
 
 
 def test_a_blank_token_that_got_past_validation_locks_rather_than_opens(ctx) -> None:
-    blank = ApiSettings.model_construct(host="127.0.0.1", port=8080, token="   ",
-                                        read_token=None, allow_unauthenticated=False)
+    blank = ApiSettings.model_construct(
+        host="127.0.0.1", port=8080, token="   ", read_token=None, allow_unauthenticated=False
+    )
     with pytest.raises(InsecureConfigError):
         check_auth_config(blank)
     ctx.settings.api = blank
@@ -208,18 +238,28 @@ def test_a_blank_token_that_got_past_validation_locks_rather_than_opens(ctx) -> 
     body = json.dumps([{"log": "x"}]).encode()
     with TestClient(app) as c:
         for auth in ("Bearer    ", "Bearer \t", "Bearer", "Bearer x", "Bearer real-token"):
-            r = c.post("/ingest", content=body,
-                       headers={"Content-Type": "application/json", "Authorization": auth})
+            r = c.post(
+                "/ingest",
+                content=body,
+                headers={"Content-Type": "application/json", "Authorization": auth},
+            )
             assert r.status_code == 401, auth
-        assert c.post("/ingest", content=body,
-                      headers={"Content-Type": "application/json"}).status_code == 401
+        assert (
+            c.post(
+                "/ingest", content=body, headers={"Content-Type": "application/json"}
+            ).status_code
+            == 401
+        )
 
 
 def test_a_whitespace_credential_never_passes(client: TestClient) -> None:
     body = json.dumps([{"log": "x"}]).encode()
     for auth in ("Bearer  \t ", "Bearer   "):
-        r = client.post("/ingest", content=body,
-                        headers={"Content-Type": "application/json", "Authorization": auth})
+        r = client.post(
+            "/ingest",
+            content=body,
+            headers={"Content-Type": "application/json", "Authorization": auth},
+        )
         assert r.status_code == 401
 
 
@@ -233,10 +273,12 @@ class FakeClock:
 
 
 def test_the_rate_limited_log_writes_one_line_per_interval_with_the_suppressed_count(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     clock = FakeClock()
     limited = ratelog.RateLimitedLog(
-        "test.ratelog", limiter=ratelog.RateLimiter(10.0, clock=clock, max_keys=3))
+        "test.ratelog", limiter=ratelog.RateLimiter(10.0, clock=clock, max_keys=3)
+    )
     with caplog.at_level(logging.WARNING, logger="test.ratelog"):
         for _ in range(50):
             limited.warning(("src", "bad"), "rejected %s", "x" * 5000 + "\n" + "y")
@@ -253,8 +295,9 @@ def test_the_rate_limited_log_writes_one_line_per_interval_with_the_suppressed_c
     assert len(limited.limiter._keys) == 3
 
 
-def test_a_flood_of_rejects_logs_a_bounded_amount(client: TestClient,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_flood_of_rejects_logs_a_bounded_amount(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
     ratelog.REJECTS_LOG.limiter._keys.clear()
     before = rejects("http", "unsupported_media_type")
     junk = b"\x00junk\n" * 2000

@@ -54,18 +54,34 @@ def verdict(rep: dict[str, Any]) -> list[tuple[str, str, str | None]]:
     return [(i["category"], i["stage"], i["rule"]) for i in rep["incidents"]]
 
 
-def event(reason: str, message: str, *, container: str | None = "vllm", etype: str = "Warning",
-          pod: str = "vllm-qwen-0", count: int = 1, uid: str = "e1") -> dict[str, Any]:
+def event(
+    reason: str,
+    message: str,
+    *,
+    container: str | None = "vllm",
+    etype: str = "Warning",
+    pod: str = "vllm-qwen-0",
+    count: int = 1,
+    uid: str = "e1",
+) -> dict[str, Any]:
     ref = {"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": "ml", "uid": UID}
     if container:
         ref["fieldPath"] = f"spec.containers{{{container}}}"
-    return {"apiVersion": "v1", "kind": "Event", "count": count, "type": etype,
-            "reason": reason, "message": message, "involvedObject": ref,
-            "firstTimestamp": "2026-12-03T09:40:00Z", "lastTimestamp": "2026-12-03T09:41:12Z",
-            "metadata": {"name": f"{pod}.{uid}", "namespace": "ml", "uid": uid,
-                         "resourceVersion": "1"},
-            "source": {"component": "kubelet", "host": "gpu-node-3"},
-            "reportingComponent": "kubelet", "reportingInstance": "gpu-node-3"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "count": count,
+        "type": etype,
+        "reason": reason,
+        "message": message,
+        "involvedObject": ref,
+        "firstTimestamp": "2026-12-03T09:40:00Z",
+        "lastTimestamp": "2026-12-03T09:41:12Z",
+        "metadata": {"name": f"{pod}.{uid}", "namespace": "ml", "uid": uid, "resourceVersion": "1"},
+        "source": {"component": "kubelet", "host": "gpu-node-3"},
+        "reportingComponent": "kubelet",
+        "reportingInstance": "gpu-node-3",
+    }
 
 
 def test_an_oomkilled_pod_with_a_silent_log_is_host_memory_in_a_confirmed_crash_loop() -> None:
@@ -108,16 +124,19 @@ def test_failed_scheduling_is_on_the_pod_until_its_container_logs(tmp_path: Path
     log = pod_log(tmp_path, "healthy-idle-sigint.cri.log", pod="vllm-llama-70b-0")
     first = next(iter(read_file(log)))
     changes = clf.feed(first)
-    assert [(c.kind, c.incident.stream) for c in changes] == [("resolved",
-                                                                "ml/vllm-llama-70b-0")]
+    assert [(c.kind, c.incident.stream) for c in changes] == [("resolved", "ml/vllm-llama-70b-0")]
     assert "was scheduled" in changes[0].incident.resolution
 
 
 def test_a_pod_eviction_goes_to_the_container_stream_of_the_pod(tmp_path: Path) -> None:
     log = pod_log(tmp_path, "healthy-serving-prefix-caching-sigterm.cri.log")
-    evicted = event("Evicted", "The node was low on resource: memory. Threshold quantity: "
-                    "100Mi, available: 81200Ki. Container vllm was using 31512148Ki, request is "
-                    "16Gi, has larger consumption of memory.", container=None)
+    evicted = event(
+        "Evicted",
+        "The node was low on resource: memory. Threshold quantity: "
+        "100Mi, available: 81200Ki. Container vllm was using 31512148Ki, request is "
+        "16Gi, has larger consumption of memory.",
+        container=None,
+    )
     records = [*read_file(log), *decode_record(evicted)]
     reps = reports(records)
     assert list(reps) == [STREAM]
@@ -125,18 +144,30 @@ def test_a_pod_eviction_goes_to_the_container_stream_of_the_pod(tmp_path: Path) 
 
 
 def test_device_plugin_allocation_failure_in_the_events_k8s_io_schema() -> None:
-    ev = {"apiVersion": "events.k8s.io/v1", "kind": "Event", "type": "Warning",
-          "reason": "UnexpectedAdmissionError", "action": "",
-          "note": "Allocate failed due to requested number of devices unavailable for "
-                  "nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected",
-          "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "vllm-qwen-1",
-                        "namespace": "ml", "uid": UID},
-          "eventTime": None, "deprecatedCount": 1,
-          "deprecatedFirstTimestamp": "2026-12-03T10:02:11Z",
-          "deprecatedLastTimestamp": "2026-12-03T10:02:11Z",
-          "deprecatedSource": {"component": "kubelet", "host": "gpu-node-5"},
-          "reportingController": "kubelet", "reportingInstance": "gpu-node-5",
-          "metadata": {"name": "vllm-qwen-1.187e", "namespace": "ml", "uid": "e9"}}
+    ev = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "type": "Warning",
+        "reason": "UnexpectedAdmissionError",
+        "action": "",
+        "note": "Allocate failed due to requested number of devices unavailable for "
+        "nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected",
+        "regarding": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": "vllm-qwen-1",
+            "namespace": "ml",
+            "uid": UID,
+        },
+        "eventTime": None,
+        "deprecatedCount": 1,
+        "deprecatedFirstTimestamp": "2026-12-03T10:02:11Z",
+        "deprecatedLastTimestamp": "2026-12-03T10:02:11Z",
+        "deprecatedSource": {"component": "kubelet", "host": "gpu-node-5"},
+        "reportingController": "kubelet",
+        "reportingInstance": "gpu-node-5",
+        "metadata": {"name": "vllm-qwen-1.187e", "namespace": "ml", "uid": "e9"},
+    }
     (rec,) = decode_record(ev)
     assert rec.stream == "ml/vllm-qwen-1" and rec.meta["node"] == "gpu-node-5"
     (rep,) = reports([rec]).values()
@@ -160,15 +191,21 @@ def test_the_same_evidence_twice_counts_once_and_routine_objects_give_nothing() 
 
 
 def test_probe_kills_and_unmatched_warnings() -> None:
-    kill = event("Killing", "Container vllm failed startup probe, will be restarted",
-                 etype="Normal")
-    unhealthy = event("Unhealthy", 'Startup probe failed: Get "http://10.244.3.41:8000/health"'
-                      ": dial tcp 10.244.3.41:8000: connect: connection refused", uid="e2")
+    kill = event(
+        "Killing", "Container vllm failed startup probe, will be restarted", etype="Normal"
+    )
+    unhealthy = event(
+        "Unhealthy",
+        'Startup probe failed: Get "http://10.244.3.41:8000/health"'
+        ": dial tcp 10.244.3.41:8000: connect: connection refused",
+        uid="e2",
+    )
     clf = Classifier(RB)
     changes = [c for ev in (unhealthy, kill) for r in decode_record(ev) for c in clf.feed(r)]
     # a failing probe alone is only evidence; the kill is the finding
     assert [(c.kind, c.incident.category, c.incident.primary.rule) for c in changes] == [
-        ("opened", "config_error", "k8s-probe-kill")]
+        ("opened", "config_error", "k8s-probe-kill")
+    ]
 
 
 def test_every_ingest_shape_carries_them(tmp_path: Path) -> None:
@@ -191,13 +228,25 @@ def test_http_ingest_of_fluent_bit_kubernetes_events_records(tmp_path: Path) -> 
     from tests.api_support import WRITE, close_context, make_context
 
     pod = doc("pod-oomkilled.json")
-    body = json.dumps([event("BackOff", "Back-off restarting failed container vllm in pod "
-                             f"vllm-qwen-0_ml({UID})", count=3), pod]).encode()
+    body = json.dumps(
+        [
+            event(
+                "BackOff",
+                f"Back-off restarting failed container vllm in pod vllm-qwen-0_ml({UID})",
+                count=3,
+            ),
+            pod,
+        ]
+    ).encode()
     ctx = make_context(tmp_path / "s.db", RB)
     try:
         with TestClient(create_app(ctx)) as client:
-            r = client.post("/ingest", params={"tag": "kube.events"}, content=body,
-                            headers={**WRITE, "Content-Type": "application/json"})
+            r = client.post(
+                "/ingest",
+                params={"tag": "kube.events"},
+                content=body,
+                headers={**WRITE, "Content-Type": "application/json"},
+            )
             assert r.status_code == 200, r.text
             items = client.get("/incidents", params={"severity": "critical"}).json()["items"]
     finally:
@@ -216,6 +265,7 @@ def test_forward_from_a_real_fluent_logger_client() -> None:
         server = ForwardServer(sink, port=0, self_hostname="sentinel-test")
         await server.start()
         try:
+
             def emit() -> None:
                 sender = FluentSender("k8s_events", host="127.0.0.1", port=server.port)
                 try:

@@ -50,8 +50,13 @@ print([i["category"] for i in rep["incidents"] if i["severity"] == "critical"][0
 
 
 def test_nothing_but_training_needs_scikit_learn() -> None:
-    out = subprocess.run([sys.executable, "-c", RUNTIME_PROBE, str(KV)], capture_output=True,
-                         text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", RUNTIME_PROBE, str(KV)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "oom_kv_cache"
 

@@ -33,7 +33,8 @@ def test_paths_keep_the_source_file_name():
     out = mask('File "/usr/local/lib/python3.12/dist-packages/vllm/worker/worker.py", line 493')
     assert out == 'File "<PATH>/worker.py", line <NUM>'
     assert mask("failed to extend /dev/shm/nccl-YrFC5V to 33030532 bytes") == (
-        "failed to extend <PATH> to <SIZE>")
+        "failed to extend <PATH> to <SIZE>"
+    )
 
 
 def test_ips_hosts_and_nccl_prefix():
@@ -41,9 +42,11 @@ def test_ips_hosts_and_nccl_prefix():
     assert out.startswith("<HOST>:<NUM>:<NUM> [<NUM>] NCCL INFO")
     assert "<IP>" in out
     assert mask("Got completion from peer 10.5.0.34<33956> localGid ::ffff:10.6.0.35") == (
-        "Got completion from peer <IP> localGid <IP>")
+        "Got completion from peer <IP> localGid <IP>"
+    )
     assert mask("mlx5: gpu-node-07: got completion with error:") == (
-        "mlx5: <HOST>: got completion with error:")
+        "mlx5: <HOST>: got completion with error:"
+    )
 
 
 def test_versions_urls_timestamps_models():
@@ -51,7 +54,8 @@ def test_versions_urls_timestamps_models():
     assert mask("see https://pytorch.org/docs/stable/notes/cuda.html now") == "see <URL> now"
     assert mask("[2025-06-06 09:52:01] warn") == "[<TS>] warn"
     assert mask("model='meta-llama/Llama-3.1-8B-Instruct', dtype=bf16") == (
-        "model='<MODEL>', dtype=bf16")
+        "model='<MODEL>', dtype=bf16"
+    )
 
 
 def test_identifiers_with_digits_survive():
@@ -66,17 +70,39 @@ def test_ansi_and_carriage_returns_are_dropped():
 
 
 def test_mask_lines_keeps_line_structure():
-    text = "Traceback (most recent call last):\n  File \"/a/b/c.py\", line 3, in f\n\nValueError: 7"
+    text = 'Traceback (most recent call last):\n  File "/a/b/c.py", line 3, in f\n\nValueError: 7'
     lines = mask_lines(text)
     assert len(lines) == 4
     assert lines[3] == "ValueError: <NUM>"
 
 
-TOKENS = st.sampled_from([
-    "RuntimeError:", "NCCL", "error", "rank", "3", "0x7f3a40000000", "320.00", "MiB",
-    "/usr/lib/x/y.py", "10.0.0.1:29500", "v0.10.2", "12.9s", "'Qwen/Qwen3-8B'", "[rank2]:",
-    "sm_90", "-1", "deadbeef12", "\n", "  ", "=", "GiB", "host=node-1", "https://a.b/c",
-])
+TOKENS = st.sampled_from(
+    [
+        "RuntimeError:",
+        "NCCL",
+        "error",
+        "rank",
+        "3",
+        "0x7f3a40000000",
+        "320.00",
+        "MiB",
+        "/usr/lib/x/y.py",
+        "10.0.0.1:29500",
+        "v0.10.2",
+        "12.9s",
+        "'Qwen/Qwen3-8B'",
+        "[rank2]:",
+        "sm_90",
+        "-1",
+        "deadbeef12",
+        "\n",
+        "  ",
+        "=",
+        "GiB",
+        "host=node-1",
+        "https://a.b/c",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -100,9 +126,12 @@ def test_mask_is_fast():
             "Traceback (most recent call last):",
             '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", line 2, in x',
             "    engine_core = EngineCoreProc(*args, **kwargs)",
-        ] * 4
-        + ["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a"
-           " total capacity of 79.15 GiB of which 1.12 GiB is free."]
+        ]
+        * 4
+        + [
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a"
+            " total capacity of 79.15 GiB of which 1.12 GiB is free."
+        ]
     )
     n = 200
     t0 = time.perf_counter()

@@ -17,8 +17,10 @@ from service.classify.model_pin import PINNED
 from service.classify.text_model import ArtifactError, sha256_bytes
 from service.records import LogRecord
 
-OOM = ("(EngineCore_DP0 pid=7) ERROR 01-01 00:00:00 [core.py:1] torch.OutOfMemoryError: CUDA "
-       "out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB")
+OOM = (
+    "(EngineCore_DP0 pid=7) ERROR 01-01 00:00:00 [core.py:1] torch.OutOfMemoryError: CUDA "
+    "out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB"
+)
 
 
 def failures() -> float:

@@ -25,8 +25,9 @@ from tests.test_store import CORPUS, REAL, classifier, k8s, kafka_records
 URL = "https://sentinel.example.com"
 
 
-def incident_from(path: Any, meta: dict[str, Any] | None = None, extra: list[str] = ()
-                  ) -> dict[str, Any]:
+def incident_from(
+    path: Any, meta: dict[str, Any] | None = None, extra: list[str] = ()
+) -> dict[str, Any]:
     """The last incident a real log produces, as Incident.to_dict()."""
     clf = classifier()
     recs = kafka_records(path, stream="ns/pod/vllm", meta=meta)
@@ -41,8 +42,10 @@ def incident_from(path: Any, meta: dict[str, Any] | None = None, extra: list[str
 
 @pytest.fixture(scope="module")
 def oom() -> dict[str, Any]:
-    return incident_from(REAL / "kv-cache-too-small.cri.log",
-                         k8s("prod", "llama-70b-0", node="gpu-a100-7", team="inference"))
+    return incident_from(
+        REAL / "kv-cache-too-small.cri.log",
+        k8s("prod", "llama-70b-0", node="gpu-a100-7", team="inference"),
+    )
 
 
 def receiver(name: str = "r", **kw: Any) -> ReceiverSettings:
@@ -59,26 +62,34 @@ def test_default_route_is_critical_only(oom: dict[str, Any]) -> None:
 
 
 def test_route_by_tier_namespace_node_and_label(oom: dict[str, Any]) -> None:
-    r = Router([
-        receiver("capacity", match={"tier": ["capacity"]}),
-        receiver("compat", match={"tier": ["compatibility"]}),
-        receiver("prod", match={"namespace": ["prod", "prod-*"]}),
-        receiver("staging", match={"namespace": ["staging"]}),
-        receiver("a100", match={"node": ["gpu-a100-*"], "label:team": ["inference"]}),
-        receiver("other-team", match={"label:team": ["search"]}),
-    ])
+    r = Router(
+        [
+            receiver("capacity", match={"tier": ["capacity"]}),
+            receiver("compat", match={"tier": ["compatibility"]}),
+            receiver("prod", match={"namespace": ["prod", "prod-*"]}),
+            receiver("staging", match={"namespace": ["staging"]}),
+            receiver("a100", match={"node": ["gpu-a100-*"], "label:team": ["inference"]}),
+            receiver("other-team", match={"label:team": ["search"]}),
+        ]
+    )
     assert [x.name for x in r.receivers_for(oom)] == ["capacity", "prod", "a100"]
 
 
 def test_engaged_receivers_hear_updates_and_resolution(oom: dict[str, Any]) -> None:
-    r = Router([receiver("capacity", match={"tier": ["capacity"]}),
-                receiver("quiet", match={"tier": ["compatibility"]}, send_resolved=False)])
+    r = Router(
+        [
+            receiver("capacity", match={"tier": ["capacity"]}),
+            receiver("quiet", match={"tier": ["compatibility"]}, send_resolved=False),
+        ]
+    )
     route = make_route(r)
     moved = {**oom, "primary": {**oom["primary"], "tier": "compatibility"}}
     assert [t[0] for t in route(moved, "updated", {"capacity"})] == ["capacity", "quiet"]
     resolved = route({**moved, "status": "resolved"}, "resolved", {"capacity", "quiet"})
-    assert resolved == [("capacity", "pending", None),
-                        ("quiet", "dropped", "send_resolved is off for this receiver")]
+    assert resolved == [
+        ("capacity", "pending", None),
+        ("quiet", "dropped", "send_resolved is off for this receiver"),
+    ]
 
 
 def test_matchers_validate() -> None:
@@ -91,8 +102,12 @@ def test_matchers_validate() -> None:
 # ---- silences ------------------------------------------------------------------------------
 def test_silence_matches_within_its_window(oom: dict[str, Any]) -> None:
     now = time.time()
-    s = {"id": "s1", "matchers": {"namespace": ["prod"], "category": ["oom_*"]},
-         "starts_at": now - 10, "ends_at": now + 10}
+    s = {
+        "id": "s1",
+        "matchers": {"namespace": ["prod"], "category": ["oom_*"]},
+        "starts_at": now - 10,
+        "ends_at": now + 10,
+    }
     assert silenced_by([s], oom, "r", now) is s
     assert silenced_by([s], oom, "r", now + 11) is None  # expired
     assert silenced_by([s], oom, "r", now - 11) is None  # not started
@@ -129,20 +144,26 @@ def test_slack_message_has_what_on_call_needs(oom: dict[str, Any]) -> None:
     assert "*Root cause*\\n```" in flat and "*First move*" in flat and "*Evidence*" in flat
     assert f"{URL}/ui/incidents/{oom['id']}" in flat
     assert "[FIRING]" in msg["text"]
-    done = slack.message(Alert("resolved", {**oom, "status": "resolved",
-                                            "resolution": "run 2 got ready"}, 2, URL))
+    done = slack.message(
+        Alert("resolved", {**oom, "status": "resolved", "resolution": "run 2 got ready"}, 2, URL)
+    )
     assert "RESOLVED" in done["blocks"][0]["text"]["text"] and "run 2 got ready" in json.dumps(done)
 
 
 def test_slack_stays_within_limits_for_a_huge_traceback() -> None:
     frames = []
     for i in range(400):
-        frames.append(f'  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/'
-                      f'gpu_model_runner_{i}.py", line {i + 100}, in execute_model')
+        frames.append(
+            f'  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/'
+            f'gpu_model_runner_{i}.py", line {i + 100}, in execute_model'
+        )
         frames.append("    " + "hidden_states = self.model(input_ids, positions) " * 40)
     huge = "torch.OutOfMemoryError: CUDA out of memory. " + "x<&>`" * 30_000
-    inc = incident_from(CORPUS / "gh-club3090-138-oom-runtime-worker-tp0.log",
-                        k8s("prod", "p" * 300, node="n" * 300), extra=frames + [huge])
+    inc = incident_from(
+        CORPUS / "gh-club3090-138-oom-runtime-worker-tp0.log",
+        k8s("prod", "p" * 300, node="n" * 300),
+        extra=frames + [huge],
+    )
     inc["primary"]["line"] = huge  # the root-cause line itself is enormous
     inc["facts"] = {"image": "vllm/vllm-openai:" + "v" * 5000, "gpu_model": "NVIDIA A100"}
     msg = slack.message(Alert("opened", inc, 1, URL))
@@ -159,8 +180,7 @@ def test_webhook_signature_verifies_and_tampering_fails(oom: dict[str, Any]) -> 
     assert sig.startswith("sha256=") and req.headers["X-Sentinel-Event-Id"] == f"{oom['id']}.v3"
     assert webhook.verify_signature("s3cret", ts, req.body, sig)
     assert webhook.verify_signature("s3cret", ts, req.body, sig, max_age_s=300, now=now)
-    assert not webhook.verify_signature("s3cret", ts, req.body, sig, max_age_s=300,
-                                        now=now + 3600)
+    assert not webhook.verify_signature("s3cret", ts, req.body, sig, max_age_s=300, now=now + 3600)
     tampered = req.body.replace(b'"oom_kv_cache"', b'"oom_runtime"', 1)
     assert tampered != req.body
     assert not webhook.verify_signature("s3cret", ts, tampered, sig)
@@ -172,15 +192,18 @@ def test_webhook_signature_verifies_and_tampering_fails(oom: dict[str, Any]) -> 
     inc = body["incident"]
     assert inc["id"] == oom["id"] and inc["version"] == 3 and inc["stream"] == "ns/pod/vllm"
     assert inc["meta"]["namespace"] == "prod" and "timeline" in inc and "facts" in inc
-    assert "X-Sentinel-Signature" not in webhook.build(Alert("opened", oom, 3, URL),
-                                                       receiver(), now).headers
+    assert (
+        "X-Sentinel-Signature"
+        not in webhook.build(Alert("opened", oom, 3, URL), receiver(), now).headers
+    )
 
 
 def test_pagerduty_trigger_then_resolve_share_the_dedup_key(oom: dict[str, Any]) -> None:
     cfg = receiver(type="pagerduty", routing_key="R0UTING")
     trig = json.loads(pagerduty.build(Alert("opened", oom, 1, URL), cfg, 0).body)
-    res = json.loads(pagerduty.build(
-        Alert("resolved", {**oom, "status": "resolved"}, 2, URL), cfg, 0).body)
+    res = json.loads(
+        pagerduty.build(Alert("resolved", {**oom, "status": "resolved"}, 2, URL), cfg, 0).body
+    )
     assert (trig["event_action"], res["event_action"]) == ("trigger", "resolve")
     assert trig["dedup_key"] == res["dedup_key"] == oom["id"]
     assert trig["routing_key"] == "R0UTING"
@@ -195,8 +218,14 @@ def test_pagerduty_trigger_then_resolve_share_the_dedup_key(oom: dict[str, Any])
 
 # ---- delivery schedule ---------------------------------------------------------------------
 def _claim(kinds: list[str], status: str = "open", first: bool = True) -> Claim:
-    return Claim("r", {"id": "i", "status": status}, len(kinds), list(range(len(kinds))),
-                 [ClaimedEvent(i, i + 1, k, 0.0) for i, k in enumerate(kinds)], first=first)
+    return Claim(
+        "r",
+        {"id": "i", "status": status},
+        len(kinds),
+        list(range(len(kinds))),
+        [ClaimedEvent(i, i + 1, k, 0.0) for i, k in enumerate(kinds)],
+        first=first,
+    )
 
 
 def test_message_kind() -> None:

@@ -42,22 +42,28 @@ SECRET = "hook-secret"
 
 
 def notify_settings(group_wait_s: float = 0.0) -> NotifySettings:
-    return NotifySettings(group_wait_s=group_wait_s, backoff_base_s=0.05, backoff_max_s=0.4,
-                          external_url=URL)
+    return NotifySettings(
+        group_wait_s=group_wait_s, backoff_base_s=0.05, backoff_max_s=0.4, external_url=URL
+    )
 
 
 def hook(rx: Receiver, name: str = "hook", **kw: Any) -> ReceiverSettings:
     kw.setdefault("rate_limit_per_minute", 6000)
     kw.setdefault("secret", SECRET)
-    return ReceiverSettings(name=name, type=kw.pop("type", "webhook"),
-                            url=rx.url.replace("/hook", f"/{name}"), **kw)
+    return ReceiverSettings(
+        name=name, type=kw.pop("type", "webhook"), url=rx.url.replace("/hook", f"/{name}"), **kw
+    )
 
 
-def dispatcher(store: Store, receivers: list[ReceiverSettings], instance: str = "test-1",
-               group_wait_s: float = 0.0, **kw: Any) -> Dispatcher:
+def dispatcher(
+    store: Store,
+    receivers: list[ReceiverSettings],
+    instance: str = "test-1",
+    group_wait_s: float = 0.0,
+    **kw: Any,
+) -> Dispatcher:
     kw.setdefault("poll_interval_s", 0.02)
-    return Dispatcher(store, receivers, notify_settings(group_wait_s), instance_id=instance,
-                      **kw)
+    return Dispatcher(store, receivers, notify_settings(group_wait_s), instance_id=instance, **kw)
 
 
 def wait_until(pred: Callable[[], bool], timeout: float = 20.0, step: float = 0.02) -> bool:
@@ -71,9 +77,14 @@ def wait_until(pred: Callable[[], bool], timeout: float = 20.0, step: float = 0.
 
 def delivery_rows(store: Store) -> list[dict[str, Any]]:
     with store.engine.connect() as conn:
-        return [dict(r) for r in conn.execute(
-            select(deliveries, outbox.c.kind, outbox.c.created_at.label("changed_at"))
-            .join(outbox, outbox.c.id == deliveries.c.event_id)).mappings()]
+        return [
+            dict(r)
+            for r in conn.execute(
+                select(deliveries, outbox.c.kind, outbox.c.created_at.label("changed_at")).join(
+                    outbox, outbox.c.id == deliveries.c.event_id
+                )
+            ).mappings()
+        ]
 
 
 def all_settled(store: Store) -> bool:
@@ -118,25 +129,37 @@ def rx() -> Iterator[Receiver]:
 def test_end_to_end_signed_webhook(store: Store, rx: Receiver) -> None:
     d = dispatcher(store, [hook(rx)])
     p = pipeline(store, router=d.router, on_commit=d.wake)
-    recs = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="prod/llama-0/vllm",
-                         meta=k8s("prod", "llama-0")) + \
-        kafka_records(REAL / "healthy-idle-sigint.cri.log", stream="prod/llama-0/vllm",
-                      start=1000, meta=k8s("prod", "llama-0"))
+    recs = kafka_records(
+        REAL / "kv-cache-too-small.cri.log", stream="prod/llama-0/vllm", meta=k8s("prod", "llama-0")
+    ) + kafka_records(
+        REAL / "healthy-idle-sigint.cri.log",
+        stream="prod/llama-0/vllm",
+        start=1000,
+        meta=k8s("prod", "llama-0"),
+    )
     sent_before = metrics.DELIVERIES.labels(receiver="hook", outcome="sent")._value.get()
     d.start()
     assert d.status()["running"]
     try:
         for i in range(0, len(recs), 25):
-            p.process(recs[i:i + 25], "kafka")
+            p.process(recs[i : i + 25], "kafka")
             time.sleep(0.02)
-        assert wait_until(lambda: all_settled(store) and
-                          any(r.json()["event"] == "resolved" for r in rx.accepted()))
+        assert wait_until(
+            lambda: (
+                all_settled(store) and any(r.json()["event"] == "resolved" for r in rx.accepted())
+            )
+        )
     finally:
         d.stop()
     accepted = rx.accepted()
     for r in accepted:
-        assert verify_signature(SECRET, r.header("X-Sentinel-Timestamp"), r.body,
-                                r.header("X-Sentinel-Signature"), max_age_s=60)
+        assert verify_signature(
+            SECRET,
+            r.header("X-Sentinel-Timestamp"),
+            r.body,
+            r.header("X-Sentinel-Signature"),
+            max_age_s=60,
+        )
     bodies = [r.json() for r in accepted]
     assert bodies[0]["event"] == "opened" and bodies[-1]["event"] == "resolved"
     assert bodies[-1]["incident"]["status"] == "resolved"
@@ -168,8 +191,7 @@ def test_burst_is_coalesced_and_later_changes_still_sent(store: Store, rx: Recei
     finally:
         d.stop()
     last = rx.accepted()[-1].json()
-    assert last["event"] == "resolved" and last["incident"]["resolution"] == \
-        "max-model-len lowered"
+    assert last["event"] == "resolved" and last["incident"]["resolution"] == "max-model-len lowered"
     assert_exactly_once(store, rx)
 
 
@@ -181,8 +203,10 @@ def test_receiver_down_for_a_while_gets_every_alert_once(store: Store, rx: Recei
     d.start()
     try:
         for i, log in enumerate(cases):
-            p.process(kafka_records(log, stream=f"ns/p{i}/vllm", partition=i,
-                                    meta=k8s("ns", f"p{i}")), "kafka")
+            p.process(
+                kafka_records(log, stream=f"ns/p{i}/vllm", partition=i, meta=k8s("ns", f"p{i}")),
+                "kafka",
+            )
         rx.hang(1.0, count=2)  # and two requests time out on the client side
         assert wait_until(lambda: all_settled(store), timeout=30)
     finally:
@@ -195,14 +219,19 @@ def test_receiver_down_for_a_while_gets_every_alert_once(store: Store, rx: Recei
 
 
 @pytest.mark.parametrize("n_dispatchers", [2, 3])
-def test_racing_dispatchers_deliver_each_change_once(db_url: str, rx: Receiver,
-                                                     n_dispatchers: int) -> None:
+def test_racing_dispatchers_deliver_each_change_once(
+    db_url: str, rx: Receiver, n_dispatchers: int
+) -> None:
     stores = [Store(db_url) for _ in range(n_dispatchers + 1)]
     stores[0].migrate()
-    receivers = [hook(rx, "hook"), hook(rx, "slack", type="slack"),
-                 hook(rx, "prod-only", match={"namespace": ["prod"]})]
-    ds = [dispatcher(s, receivers, f"instance-{i}", claim_batch=2)
-          for i, s in enumerate(stores[1:])]
+    receivers = [
+        hook(rx, "hook"),
+        hook(rx, "slack", type="slack"),
+        hook(rx, "prod-only", match={"namespace": ["prod"]}),
+    ]
+    ds = [
+        dispatcher(s, receivers, f"instance-{i}", claim_batch=2) for i, s in enumerate(stores[1:])
+    ]
     p = pipeline(stores[0], router=ds[0].router)
     cases = failing_cases(15)
     for d in ds:
@@ -212,7 +241,7 @@ def test_racing_dispatchers_deliver_each_change_once(db_url: str, rx: Receiver,
             ns = "prod" if i % 2 else "dev"
             recs = kafka_records(log, stream=f"{ns}/p{i}/vllm", partition=i, meta=k8s(ns, f"p{i}"))
             for j in range(0, len(recs), 4):  # many small batches: many changes
-                p.process(recs[j:j + 4], "kafka")
+                p.process(recs[j : j + 4], "kafka")
         assert wait_until(lambda: all_settled(stores[0]), timeout=30)
     finally:
         for d in ds:
@@ -220,8 +249,12 @@ def test_racing_dispatchers_deliver_each_change_once(db_url: str, rx: Receiver,
     assert_exactly_once(stores[0], rx)
     rows = delivery_rows(stores[0])
     assert {r["receiver"] for r in rows} == {"hook", "slack", "prod-only"}
-    assert all(r["receiver"] != "prod-only" or r["incident_id"] in {
-        x["id"] for x in stores[0].list_incidents(namespace="prod", limit=100)[0]} for r in rows)
+    assert all(
+        r["receiver"] != "prod-only"
+        or r["incident_id"]
+        in {x["id"] for x in stores[0].list_incidents(namespace="prod", limit=100)[0]}
+        for r in rows
+    )
     for s in stores:
         s.close()
 
@@ -258,15 +291,19 @@ def test_two_dispatcher_processes_on_one_postgres(tmp_path: Path, rx: Receiver) 
         store = Store(url)
         store.migrate()
         stop = tmp_path / "stop"
-        procs = [subprocess.Popen([sys.executable, "-c", PROCESS_SCRIPT, url, rx.url,
-                                   f"proc-{i}", str(stop)], cwd=ROOT) for i in range(2)]
-        router_src = dispatcher(store, [ReceiverSettings(name="hook", type="webhook",
-                                                         url=rx.url)])
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", PROCESS_SCRIPT, url, rx.url, f"proc-{i}", str(stop)],
+                cwd=ROOT,
+            )
+            for i in range(2)
+        ]
+        router_src = dispatcher(store, [ReceiverSettings(name="hook", type="webhook", url=rx.url)])
         p = pipeline(store, router=router_src.router)
         for i, log in enumerate(failing_cases(20)):
             recs = kafka_records(log, stream=f"ns/p{i}/vllm", partition=i)
             for j in range(0, len(recs), 3):
-                p.process(recs[j:j + 3], "kafka")
+                p.process(recs[j : j + 3], "kafka")
         assert wait_until(lambda: all_settled(store), timeout=40)
         stop.touch()
         for proc in procs:
@@ -287,15 +324,17 @@ def test_silences_suppress_then_expire(store: Store, rx: Receiver) -> None:
     d.start()
     try:
         p.process(kafka_records(log, stream="prod/a/vllm", meta=k8s("prod", "a")), "kafka")
-        p.process(kafka_records(log, stream="dev/b/vllm", partition=1, meta=k8s("dev", "b")),
-                  "kafka")
+        p.process(
+            kafka_records(log, stream="dev/b/vllm", partition=1, meta=k8s("dev", "b")), "kafka"
+        )
         assert wait_until(lambda: all_settled(store))
         assert [r.json()["incident"]["namespace"] for r in rx.accepted()] == ["dev"]
         silenced = [r for r in delivery_rows(store) if r["status"] == "silenced"]
         assert len(silenced) == 1 and silenced[0]["last_error"].startswith("silence ")
         time.sleep(1.6)  # the silence ends
-        p.process(kafka_records(log, stream="prod/c/vllm", partition=2, meta=k8s("prod", "c")),
-                  "kafka")
+        p.process(
+            kafka_records(log, stream="prod/c/vllm", partition=2, meta=k8s("prod", "c")), "kafka"
+        )
         assert wait_until(lambda: len(rx.accepted()) == 2)
     finally:
         d.stop()
@@ -305,7 +344,8 @@ def test_silences_suppress_then_expire(store: Store, rx: Receiver) -> None:
 def test_crashed_instance_lease_expires_and_another_sends(store: Store, rx: Receiver) -> None:
     d = dispatcher(store, [hook(rx)])
     pipeline(store, router=d.router).process(
-        kafka_records(REAL / "bad-dtype.cri.log", stream="ns/a/vllm"), "kafka")
+        kafka_records(REAL / "bad-dtype.cri.log", stream="ns/a/vllm"), "kafka"
+    )
     d.expand()
     (claim,) = store.claim_deliveries("hook", "crashed-instance", lease_s=1.0, group_wait_s=0)
     claimed_at = time.time()
@@ -328,7 +368,8 @@ def test_restart_keeps_pending_deliveries(db_url: str, rx: Receiver) -> None:
     a.migrate()
     da = dispatcher(a, [hook(rx)], instance="before-restart")
     pipeline(a, router=da.router).process(
-        kafka_records(REAL / "model-unavailable-offline.cri.log", stream="ns/m/vllm"), "kafka")
+        kafka_records(REAL / "model-unavailable-offline.cri.log", stream="ns/m/vllm"), "kafka"
+    )
     da.start()
     assert wait_until(lambda: len(rx.requests) >= 2)
     da.stop()
@@ -353,11 +394,12 @@ def test_pagerduty_trigger_then_resolve(store: Store, rx: Receiver) -> None:
     p = pipeline(store, router=d.router, on_commit=d.wake)
     d.start()
     try:
-        p.process(kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/a/vllm"),
-                  "kafka")
+        p.process(kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/a/vllm"), "kafka")
         assert wait_until(lambda: len(rx.accepted()) == 1)
-        p.process(kafka_records(REAL / "healthy-idle-sigint.cri.log", stream="ns/a/vllm",
-                                start=1000), "kafka")
+        p.process(
+            kafka_records(REAL / "healthy-idle-sigint.cri.log", stream="ns/a/vllm", start=1000),
+            "kafka",
+        )
         assert wait_until(lambda: len(rx.accepted()) == 2)
     finally:
         d.stop()
@@ -372,8 +414,9 @@ def test_rate_limit_waits_and_never_drops(store: Store, rx: Receiver) -> None:
     d = dispatcher(store, [slow])
     p = pipeline(store, router=d.router)
     for i in range(24):
-        p.process(kafka_records(REAL / "bad-dtype.cri.log", stream=f"ns/p{i}/vllm",
-                                partition=i), "kafka")
+        p.process(
+            kafka_records(REAL / "bad-dtype.cri.log", stream=f"ns/p{i}/vllm", partition=i), "kafka"
+        )
     d.start()
     try:
         assert wait_until(lambda: len(rx.accepted()) == 24, timeout=20)
@@ -385,8 +428,11 @@ def test_rate_limit_waits_and_never_drops(store: Store, rx: Receiver) -> None:
 
 
 def test_warning_never_pages_unless_asked(store: Store, rx: Receiver) -> None:
-    warn_log = next(p for p in sorted(REAL.parent.parent.glob("corpus/cases/*.log"))
-                    if p.name.startswith("gh-dotsocr"))
+    warn_log = next(
+        p
+        for p in sorted(REAL.parent.parent.glob("corpus/cases/*.log"))
+        if p.name.startswith("gh-dotsocr")
+    )
     oncall = hook(rx, "oncall")
     d = dispatcher(store, [oncall, hook(rx, "warnings", match={"severity": ["warning"]})])
     p = pipeline(store, router=d.router)
@@ -396,8 +442,9 @@ def test_warning_never_pages_unless_asked(store: Store, rx: Receiver) -> None:
     assert rx.accepted()[0].json()["incident"]["severity"] == "warning"
 
 
-def test_latency_change_to_received(store: Store, rx: Receiver,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_latency_change_to_received(
+    store: Store, rx: Receiver, capsys: pytest.CaptureFixture[str]
+) -> None:
     figures = []
     for group_wait in (0.0, 1.0):
         rx.requests.clear()
@@ -407,9 +454,14 @@ def test_latency_change_to_received(store: Store, rx: Receiver,
         offset = int(group_wait * 1000)
         try:
             for i in range(40):
-                p.process(kafka_records(REAL / "bad-dtype.cri.log",
-                                        stream=f"lat{group_wait}/p{i}/vllm",
-                                        partition=offset + i), "kafka")
+                p.process(
+                    kafka_records(
+                        REAL / "bad-dtype.cri.log",
+                        stream=f"lat{group_wait}/p{i}/vllm",
+                        partition=offset + i,
+                    ),
+                    "kafka",
+                )
                 time.sleep(0.03)
             assert wait_until(lambda: len(rx.accepted()) == 40, timeout=30)
         finally:
@@ -417,12 +469,15 @@ def test_latency_change_to_received(store: Store, rx: Receiver,
         changed = {r["incident_id"]: r["changed_at"] for r in delivery_rows(store)}
         lat = sorted(r.at - changed[r.json()["incident"]["id"]] for r in rx.accepted())
         p50, p99 = statistics.median(lat), lat[int(0.99 * (len(lat) - 1))]
-        figures.append(f"group_wait={group_wait}s: p50 {p50 * 1000:.0f} ms, "
-                       f"p99 {p99 * 1000:.0f} ms")
+        figures.append(
+            f"group_wait={group_wait}s: p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms"
+        )
         assert p50 < group_wait + 1.0
     with capsys.disabled():
-        print(f"\n[{store.engine.dialect.name}] change committed → webhook received "
-              f"(poll 0.2 s): " + "; ".join(figures))
+        print(
+            f"\n[{store.engine.dialect.name}] change committed → webhook received "
+            f"(poll 0.2 s): " + "; ".join(figures)
+        )
     assert json.loads(rx.accepted()[0].body)["event"] == "opened"
 
 
@@ -432,21 +487,30 @@ class _LongestBackoff(random.Random):
 
 
 def test_recovered_receiver_gets_the_backlog_without_waiting_out_backoff(
-        store: Store, rx: Receiver) -> None:
+    store: Store, rx: Receiver
+) -> None:
     rx.fail(500, for_s=0.6)
-    d = Dispatcher(store, [hook(rx)], NotifySettings(group_wait_s=0, backoff_base_s=60,
-                                                     backoff_max_s=60, external_url=URL),
-                   instance_id="t", poll_interval_s=0.02, rng=_LongestBackoff())
+    d = Dispatcher(
+        store,
+        [hook(rx)],
+        NotifySettings(group_wait_s=0, backoff_base_s=60, backoff_max_s=60, external_url=URL),
+        instance_id="t",
+        poll_interval_s=0.02,
+        rng=_LongestBackoff(),
+    )
     p = pipeline(store, router=d.router, on_commit=d.wake)
     d.start()
     try:
         for i in range(5):
-            p.process(kafka_records(REAL / "bad-dtype.cri.log", stream=f"ns/p{i}/vllm",
-                                    partition=i), "kafka")
+            p.process(
+                kafka_records(REAL / "bad-dtype.cri.log", stream=f"ns/p{i}/vllm", partition=i),
+                "kafka",
+            )
         assert wait_until(lambda: len(rx.requests) >= 5)  # each failed once: up to 60 s off
         time.sleep(0.7)  # the receiver is back
-        p.process(kafka_records(REAL / "bad-dtype.cri.log", stream="ns/new/vllm",
-                                partition=99), "kafka")
+        p.process(
+            kafka_records(REAL / "bad-dtype.cri.log", stream="ns/new/vllm", partition=99), "kafka"
+        )
         assert wait_until(lambda: len(rx.accepted()) == 6, timeout=5)
     finally:
         d.stop()

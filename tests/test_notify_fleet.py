@@ -78,8 +78,12 @@ def stream(i: int, ns: str = "llm") -> str:
 
 def failing(i: int, at: float, driver: str = "575.57.08", ns: str = "llm") -> list[LogRecord]:
     """Pod ``i`` of the Deployment failing at ``at``: the driver is too old for the image."""
-    return [LogRecord(stream(i, ns), line.replace("575.57.08", driver), time=at + k * 0.01,
-                      meta=meta(i, ns)) for k, line in enumerate(DRIVER_TOO_OLD)]
+    return [
+        LogRecord(
+            stream(i, ns), line.replace("575.57.08", driver), time=at + k * 0.01, meta=meta(i, ns)
+        )
+        for k, line in enumerate(DRIVER_TOO_OLD)
+    ]
 
 
 def recovering(i: int, ns: str = "llm") -> list[LogRecord]:
@@ -97,20 +101,36 @@ def hook(rx: Receiver, name: str = "oncall", **kw: Any) -> ReceiverSettings:
     kw.setdefault("rate_limit_per_minute", 6000)
     if kw.get("type", "webhook") == "webhook":
         kw.setdefault("secret", SECRET)
-    return ReceiverSettings(name=name, type=kw.pop("type", "webhook"),
-                            url=rx.url.replace("/hook", f"/{name}"), **kw)
+    return ReceiverSettings(
+        name=name, type=kw.pop("type", "webhook"), url=rx.url.replace("/hook", f"/{name}"), **kw
+    )
 
 
-def fleet_dispatcher(store: Store, receivers: list[ReceiverSettings], clock: Clock, *,
-                     instance: str = "test-1", group_wait_s: float = 1.0,
-                     fleet: FleetSettings | None = None, **kw: Any) -> Dispatcher:
+def fleet_dispatcher(
+    store: Store,
+    receivers: list[ReceiverSettings],
+    clock: Clock,
+    *,
+    instance: str = "test-1",
+    group_wait_s: float = 1.0,
+    fleet: FleetSettings | None = None,
+    **kw: Any,
+) -> Dispatcher:
     kw.setdefault("poll_interval_s", 0.02)
-    return Dispatcher(store, receivers,
-                      NotifySettings(group_wait_s=group_wait_s, backoff_base_s=0.05,
-                                     backoff_max_s=0.4, external_url="https://sentinel.test"),
-                      instance_id=instance, clock=clock,
-                      fleet=fleet or FleetSettings(threshold=3, window_s=900, hold_s=HOLD),
-                      **kw)
+    return Dispatcher(
+        store,
+        receivers,
+        NotifySettings(
+            group_wait_s=group_wait_s,
+            backoff_base_s=0.05,
+            backoff_max_s=0.4,
+            external_url="https://sentinel.test",
+        ),
+        instance_id=instance,
+        clock=clock,
+        fleet=fleet or FleetSettings(threshold=3, window_s=900, hold_s=HOLD),
+        **kw,
+    )
 
 
 def pump(*ds: Dispatcher, rounds: int = 4) -> None:
@@ -125,29 +145,41 @@ def webhooks(rx: Receiver, path: str = "/oncall") -> list[dict[str, Any]]:
     out = []
     for r in rx.accepted():
         if r.path == path:
-            assert verify_signature(SECRET, r.header("X-Sentinel-Timestamp"), r.body,
-                                    r.header("X-Sentinel-Signature"))
+            assert verify_signature(
+                SECRET, r.header("X-Sentinel-Timestamp"), r.body, r.header("X-Sentinel-Signature")
+            )
             out.append(r.json())
     return out
 
 
 def rows(store: Store) -> list[dict[str, Any]]:
     with store.engine.connect() as conn:
-        return [dict(r) for r in conn.execute(
-            select(deliveries, outbox.c.kind).join(outbox, outbox.c.id == deliveries.c.event_id)
-            .order_by(deliveries.c.id)).mappings()]
+        return [
+            dict(r)
+            for r in conn.execute(
+                select(deliveries, outbox.c.kind)
+                .join(outbox, outbox.c.id == deliveries.c.event_id)
+                .order_by(deliveries.c.id)
+            ).mappings()
+        ]
 
 
 def fleet_rows(store: Store) -> list[dict[str, Any]]:
     with store.engine.connect() as conn:
-        return [dict(r) for r in conn.execute(
-            select(incidents.c.id, incidents.c.status, incidents.c.version, incidents.c.body)
-            .where(incidents.c.stream.like("fleet/%"))).mappings()]
+        return [
+            dict(r)
+            for r in conn.execute(
+                select(
+                    incidents.c.id, incidents.c.status, incidents.c.version, incidents.c.body
+                ).where(incidents.c.stream.like("fleet/%"))
+            ).mappings()
+        ]
 
 
 def settled(store: Store) -> bool:
     return store.stats()["outbox_pending"] == 0 and all(
-        r["status"] != "pending" for r in rows(store))
+        r["status"] != "pending" for r in rows(store)
+    )
 
 
 @pytest.fixture
@@ -180,7 +212,8 @@ def stopper() -> Iterator[list[Dispatcher]]:
 
 # ---- 1. twelve pods, one driver branch → one fleet page ------------------------------------
 def test_twelve_pods_on_one_driver_branch_page_once_as_a_fleet(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     team = hook(rx, "llm-team", match={"namespace": ["llm"], "label:app": ["kimi"]})
     d = fleet_dispatcher(store, [hook(rx), team], clock)
     stopper.append(d)
@@ -213,10 +246,14 @@ def test_twelve_pods_on_one_driver_branch_page_once_as_a_fleet(
         inc = msg["incident"]
         assert inc["id"] == fleet["id"] and inc["id"].startswith("fleet-")
         assert inc["extra"]["fleet"]["count"] == 12
-        assert (inc["extra"]["fleet"]["key"], inc["extra"]["fleet"]["value"]) == \
-            ("driver_branch", "r575")
-        assert inc["detail"] == \
-            "12 workloads failed with driver_incompatible sharing driver_branch=r575"
+        assert (inc["extra"]["fleet"]["key"], inc["extra"]["fleet"]["value"]) == (
+            "driver_branch",
+            "r575",
+        )
+        assert (
+            inc["detail"]
+            == "12 workloads failed with driver_incompatible sharing driver_branch=r575"
+        )
         assert inc["category"] == "driver_incompatible" and inc["method"] == "fleet"
         assert inc["namespace"] == "llm" and inc["meta"]["labels"] == {"app": "kimi"}
         assert sorted(inc["extra"]["fleet"]["members"]) == sorted(children)
@@ -224,8 +261,9 @@ def test_twelve_pods_on_one_driver_branch_page_once_as_a_fleet(
 
     by_status = Counter((r["incident_id"] == fleet["id"], r["status"]) for r in rows(store))
     assert by_status == {(False, "inhibited"): 24, (True, "sent"): 2}
-    assert {r["last_error"] for r in rows(store) if r["status"] == "inhibited"} == \
-        {f"fleet {fleet['id']}"}
+    assert {r["last_error"] for r in rows(store) if r["status"] == "inhibited"} == {
+        f"fleet {fleet['id']}"
+    }
     assert max(r["attempts"] for r in rows(store) if r["status"] == "inhibited") == 1
 
     # the per-pod incidents stay visible, each naming its fleet; the fleet lists them
@@ -242,7 +280,8 @@ def test_twelve_pods_on_one_driver_branch_page_once_as_a_fleet(
 
 # ---- 2. below the threshold → each pod pages on its own, after the hold ---------------------
 def test_two_pods_below_threshold_page_each_after_the_hold(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     d = fleet_dispatcher(store, [hook(rx)], clock)
     stopper.append(d)
     p = pipeline(store, router=d.router, clock=clock)
@@ -256,8 +295,9 @@ def test_two_pods_below_threshold_page_each_after_the_hold(
     pump(d)
     msgs = webhooks(rx)
     assert sorted(m["incident"]["pod"] for m in msgs) == sorted([pod_name(0), pod_name(1)])
-    assert all(m["event"] == "opened" and not m["incident"]["id"].startswith("fleet-")
-               for m in msgs)
+    assert all(
+        m["event"] == "opened" and not m["incident"]["id"].startswith("fleet-") for m in msgs
+    )
     assert fleet_rows(store) == [] and settled(store)
     assert all(r["attempts"] == 1 for r in rows(store))  # the hold was no attempt
 
@@ -274,8 +314,11 @@ def test_two_pods_below_threshold_page_each_after_the_hold(
     assert len(msgs) == 3 and msgs[-1]["incident"]["id"].startswith("fleet-")
     fleet = msgs[-1]["incident"]
     assert fleet["extra"]["fleet"]["count"] == 3
-    assert {store.get_incident(x["id"])["fleet_id"] for x in store.list_incidents()[0]
-            if not x["id"].startswith("fleet-")} == {fleet["id"]}
+    assert {
+        store.get_incident(x["id"])["fleet_id"]
+        for x in store.list_incidents()[0]
+        if not x["id"].startswith("fleet-")
+    } == {fleet["id"]}
 
     for i in range(3):
         p.process(recovering(i), "http")
@@ -283,20 +326,21 @@ def test_two_pods_below_threshold_page_each_after_the_hold(
     clock.advance(1.5)
     pump(d)
     events = [(m["event"], m["incident"]["pod"] or m["incident"]["id"]) for m in webhooks(rx)]
-    assert sorted(events[3:]) == sorted([("resolved", pod_name(0)), ("resolved", pod_name(1)),
-                                         ("resolved", fleet["id"])])
+    assert sorted(events[3:]) == sorted(
+        [("resolved", pod_name(0)), ("resolved", pod_name(1)), ("resolved", fleet["id"])]
+    )
     assert store.get_incident(fleet["id"])["status"] == "resolved"
 
 
 # ---- 3. capacity failures are not fleet-prone: per pod, at once ----------------------------
 def test_capacity_failures_page_per_pod_without_a_hold(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     d = fleet_dispatcher(store, [hook(rx)], clock, group_wait_s=0.0)
     stopper.append(d)
     p = pipeline(store, router=d.router, clock=clock)
     for i in range(4):  # same namespace, image and Deployment: would share every key
-        p.process(kafka_records(KV_CACHE, stream=stream(i), partition=i, meta=meta(i)),
-                  "kafka")
+        p.process(kafka_records(KV_CACHE, stream=stream(i), partition=i, meta=meta(i)), "kafka")
     pump(d)  # the clock has not moved
     msgs = webhooks(rx)
     assert sorted(m["incident"]["pod"] for m in msgs) == sorted(pod_name(i) for i in range(4))
@@ -306,14 +350,18 @@ def test_capacity_failures_page_per_pod_without_a_hold(
 
 # ---- 4. several instances racing on one database → one fleet page ---------------------------
 @pytest.mark.parametrize("n_instances", [2, 3])
-def test_racing_instances_page_the_fleet_once(db_url: str, rx: Receiver, clock: Clock,
-                                              stopper: list[Dispatcher],
-                                              n_instances: int) -> None:
+def test_racing_instances_page_the_fleet_once(
+    db_url: str, rx: Receiver, clock: Clock, stopper: list[Dispatcher], n_instances: int
+) -> None:
     stores = [Store(db_url, clock=clock) for _ in range(n_instances + 1)]
     stores[0].migrate()
     receivers = [hook(rx), hook(rx, "slack", type="slack")]
-    ds = [fleet_dispatcher(s, receivers, clock, instance=f"instance-{i}", group_wait_s=0.0,
-                           claim_batch=1) for i, s in enumerate(stores[1:])]
+    ds = [
+        fleet_dispatcher(
+            s, receivers, clock, instance=f"instance-{i}", group_wait_s=0.0, claim_batch=1
+        )
+        for i, s in enumerate(stores[1:])
+    ]
     stopper.extend(ds)
     joined: list[tuple[str, str | None]] = []  # (instance, fleet) per member it judged
     for s, d in zip(stores[1:], ds, strict=True):
@@ -344,8 +392,9 @@ def test_racing_instances_page_the_fleet_once(db_url: str, rx: Receiver, clock: 
 
     (fleet,) = fleet_rows(stores[0])
     assert fleet["body"]["extra"]["fleet"]["count"] == 12 and fleet["version"] == 1
-    assert Counter(r.path for r in rx.accepted()) == {"/oncall": 1, "/slack": 1}, \
-        [(r.path, r.header("X-Sentinel-Event-Id")) for r in rx.accepted()]
+    assert Counter(r.path for r in rx.accepted()) == {"/oncall": 1, "/slack": 1}, [
+        (r.path, r.header("X-Sentinel-Event-Id")) for r in rx.accepted()
+    ]
     (msg,) = webhooks(rx)
     assert msg["incident"]["id"] == fleet["id"]
     slack = next(r for r in rx.accepted() if r.path == "/slack").json()
@@ -355,18 +404,24 @@ def test_racing_instances_page_the_fleet_once(db_url: str, rx: Receiver, clock: 
     statuses = Counter((r["incident_id"] == fleet["id"], r["status"]) for r in rows(stores[0]))
     assert statuses == {(False, "inhibited"): 24, (True, "sent"): 2}
     assert {fid for _, fid in joined} == {fleet["id"]}
-    print(f"\n[{stores[0].engine.dialect.name}] members judged per instance: "
-          f"{dict(Counter(name for name, _ in joined))}")
+    print(
+        f"\n[{stores[0].engine.dialect.name}] members judged per instance: "
+        f"{dict(Counter(name for name, _ in joined))}"
+    )
     with stores[0].engine.connect() as conn:  # every member points at the one fleet
-        assert set(conn.execute(select(incidents.c.fleet_id).where(
-            ~incidents.c.stream.like("fleet/%"))).scalars()) == {fleet["id"]}
+        assert set(
+            conn.execute(
+                select(incidents.c.fleet_id).where(~incidents.c.stream.like("fleet/%"))
+            ).scalars()
+        ) == {fleet["id"]}
     for s in stores:
         s.close()
 
 
 # ---- 5. the fleet resolves with its last member; later pods join silently -------------------
 def test_fleet_resolves_when_every_member_has_and_late_pods_join_silently(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     pd = hook(rx, "pagerduty", type="pagerduty", routing_key="R0UTING")
     d = fleet_dispatcher(store, [hook(rx), pd], clock)
     stopper.append(d)
@@ -411,7 +466,8 @@ def test_fleet_resolves_when_every_member_has_and_late_pods_join_silently(
     assert trigger["dedup_key"] == resolve["dedup_key"] == fid
     assert trigger["payload"]["summary"].startswith(
         "[compatibility/driver_incompatible] cuda_init on 5 workloads sharing "
-        "driver_branch=r575 in llm: ")
+        "driver_branch=r575 in llm: "
+    )
     assert trigger["payload"]["custom_details"]["fleet"]["count"] == 5
     # the members' own resolutions were never sent: nobody was told they were open
     member_rows = [r for r in rows(store) if r["incident_id"] != fid]
@@ -419,7 +475,8 @@ def test_fleet_resolves_when_every_member_has_and_late_pods_join_silently(
 
 
 def test_fleet_resolved_by_hand_pages_its_resolution(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     d = fleet_dispatcher(store, [hook(rx)], clock, group_wait_s=0.0)
     stopper.append(d)
     p = pipeline(store, router=d.router, clock=clock)
@@ -429,8 +486,10 @@ def test_fleet_resolved_by_hand_pages_its_resolution(
     pump(d)
     (opened,) = webhooks(rx)
     fid = opened["incident"]["id"]
-    assert store.resolve_incident(fid, "driver rolled forward to r580", clock())["status"] == \
-        "resolved"
+    assert (
+        store.resolve_incident(fid, "driver rolled forward to r580", clock())["status"]
+        == "resolved"
+    )
     pump(d)
     msgs = webhooks(rx)
     assert [m["event"] for m in msgs] == ["opened", "resolved"]
@@ -439,7 +498,8 @@ def test_fleet_resolved_by_hand_pages_its_resolution(
 
 # ---- 6. silences, routes and other keys ----------------------------------------------------
 def test_a_silence_on_the_fleet_silences_it_and_the_pods_stay_inhibited(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     store.create_silence({"stream": ["fleet/*"]}, clock() + 3600, "alice", "driver rollout")
     d = fleet_dispatcher(store, [hook(rx)], clock, group_wait_s=0.0)
     stopper.append(d)
@@ -450,12 +510,15 @@ def test_a_silence_on_the_fleet_silences_it_and_the_pods_stay_inhibited(
     pump(d)
     assert rx.requests == [] and settled(store)
     (fleet,) = fleet_rows(store)
-    assert Counter((r["incident_id"] == fleet["id"], r["status"]) for r in rows(store)) == \
-        {(False, "inhibited"): 4, (True, "silenced"): 1}
+    assert Counter((r["incident_id"] == fleet["id"], r["status"]) for r in rows(store)) == {
+        (False, "inhibited"): 4,
+        (True, "silenced"): 1,
+    }
 
 
 def test_a_receiver_the_fleet_does_not_route_to_still_gets_its_pods(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     # a receiver for one pod: the fleet (no pod of its own) does not route there
     pod0 = hook(rx, "pod0", match={"pod": [pod_name(0)]})
     d = fleet_dispatcher(store, [hook(rx), pod0], clock, group_wait_s=0.0)
@@ -471,7 +534,8 @@ def test_a_receiver_the_fleet_does_not_route_to_still_gets_its_pods(
 
 
 def test_different_driver_branches_in_one_namespace_form_a_namespace_fleet(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     d = fleet_dispatcher(store, [hook(rx)], clock, group_wait_s=0.0)
     stopper.append(d)
     p = pipeline(store, router=d.router, clock=clock)
@@ -485,9 +549,11 @@ def test_different_driver_branches_in_one_namespace_form_a_namespace_fleet(
 
 
 def test_disabled_fleets_page_per_pod_at_once(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
-    d = fleet_dispatcher(store, [hook(rx)], clock, group_wait_s=0.0,
-                         fleet=FleetSettings(enabled=False))
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
+    d = fleet_dispatcher(
+        store, [hook(rx)], clock, group_wait_s=0.0, fleet=FleetSettings(enabled=False)
+    )
     stopper.append(d)
     p = pipeline(store, router=d.router, clock=clock)
     for i in range(4):
@@ -498,7 +564,8 @@ def test_disabled_fleets_page_per_pod_at_once(
 
 # ---- 7. the API shows fleets and members ---------------------------------------------------
 def test_api_shows_the_fleet_and_its_members(
-        store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]) -> None:
+    store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
+) -> None:
     d = fleet_dispatcher(store, [hook(rx)], clock, group_wait_s=0.0)
     stopper.append(d)
     p = Pipeline(store, pipeline(store).classifier, router=d.router, clock=clock)
@@ -508,8 +575,14 @@ def test_api_shows_the_fleet_and_its_members(
     pump(d)
     (msg,) = webhooks(rx)
     fid = msg["incident"]["id"]
-    ctx = ServiceContext(settings=Settings(), store=store, pipeline=p, rulebook=_rulebook(),
-                         text_model=None, ready=True)
+    ctx = ServiceContext(
+        settings=Settings(),
+        store=store,
+        pipeline=p,
+        rulebook=_rulebook(),
+        text_model=None,
+        ready=True,
+    )
     with TestClient(create_app(ctx)) as client:
         fleet = client.get(f"/incidents/{fid}").json()
         assert fleet["extra"]["fleet"]["count"] == 3 and len(fleet["members"]) == 3

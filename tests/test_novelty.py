@@ -20,7 +20,9 @@ def test_first_message_of_a_template_is_novel_then_not():
 
 def test_templates_are_masked():
     d = NoveltyDetector()
-    template, _ = d.observe("NCCL WARN Error: failed to extend /dev/shm/nccl-Ab3x to 33030532 bytes")
+    template, _ = d.observe(
+        "NCCL WARN Error: failed to extend /dev/shm/nccl-Ab3x to 33030532 bytes"
+    )
     assert "<PATH>" in template and "<SIZE>" in template
 
 

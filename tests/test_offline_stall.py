@@ -38,17 +38,22 @@ def test_a_log_ending_mid_startup_says_where_and_how_long(capsys) -> None:
 
 
 def test_a_live_capture_past_the_deadline_is_a_stall(capsys) -> None:
-    assert main(["classify", "--json", "--no-model", "--now", "2026-12-02T15:30:00Z",
-                 str(STALL)]) == 1
+    assert (
+        main(["classify", "--json", "--no-model", "--now", "2026-12-02T15:30:00Z", str(STALL)]) == 1
+    )
     rep = json.loads(capsys.readouterr().out.splitlines()[0])
     inc = rep["incidents"][0]
     assert (inc["tier"], inc["category"], inc["stage"]) == (
-        "integration", "internode_network", "distributed_init")
+        "integration",
+        "internode_network",
+        "distributed_init",
+    )
 
 
 def test_a_finished_healthy_log_has_not_stopped() -> None:
     rep = classify_records(
-        [LogRecord("h", t) for t in HEALTHY.read_text().splitlines()], Classifier(RB))[0]
+        [LogRecord("h", t) for t in HEALTHY.read_text().splitlines()], Classifier(RB)
+    )[0]
     assert rep["stopped"] is None and rep["incidents"] == []
 
 
@@ -57,15 +62,18 @@ def test_the_same_wait_repeated_without_progress_is_a_stall() -> None:
         "INFO 07-16 10:00:00 [api_server.py:1] vLLM API server version 0.9.2",
         "INFO 07-16 10:00:01 [config.py:1] Using max model len 32768",
     ]
-    wait = ("INFO 07-16 10:{m:02d}:{s:02d} [ray_utils.py:310] Waiting for creating a placement "
-            "group of specs for {n} seconds. specs=[{{'node:10.0.0.1': 0.001, 'GPU': 1.0}}, "
-            "{{'GPU': 1.0}}]. Check `ray status` and `ray list nodes` to see if you have enough "
-            "resources.")
-    lines = head + [wait.format(m=1 + i, s=10 * i, n=10 * 2 ** i) for i in range(6)]
+    wait = (
+        "INFO 07-16 10:{m:02d}:{s:02d} [ray_utils.py:310] Waiting for creating a placement "
+        "group of specs for {n} seconds. specs=[{{'node:10.0.0.1': 0.001, 'GPU': 1.0}}, "
+        "{{'GPU': 1.0}}]. Check `ray status` and `ray list nodes` to see if you have enough "
+        "resources."
+    )
+    lines = head + [wait.format(m=1 + i, s=10 * i, n=10 * 2**i) for i in range(6)]
     rep = classify_records([LogRecord("w", t) for t in lines], Classifier(RB))[0]
     inc = rep["incidents"][0]
     assert (inc["category"], inc["stage"]) == ("internode_network", "distributed_init")
     # the same lines a few seconds apart are not (yet) a stall
     quick = head + [wait.format(m=1, s=i, n=10) for i in range(6)]
-    assert classify_records([LogRecord("q", t) for t in quick], Classifier(RB))[0][
-        "incidents"] == []
+    assert (
+        classify_records([LogRecord("q", t) for t in quick], Classifier(RB))[0]["incidents"] == []
+    )

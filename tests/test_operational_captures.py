@@ -62,14 +62,18 @@ def kubelet_logs(root: Path, pods: list[str]) -> list[Path]:
 
 
 def assert_crash_loop(inc: dict, pods: list[str] | None = None) -> None:
-    assert (inc["status"], inc["category"], inc["stage"]) == ("open", "oom_kv_cache",
-                                                             "kv_cache_init")
+    assert (inc["status"], inc["category"], inc["stage"]) == (
+        "open",
+        "oom_kv_cache",
+        "kv_cache_init",
+    )
     assert inc["restarts"] == 2
     extra = inc["extra"]
     assert extra["crash_loop"] is True and extra["crash_loop_at"] == 3
     assert extra["restart_helps"] is False
-    assert extra["note"].startswith("crash loop: failed the same way 3 times (2 restarts); "
-                                    "restarting will not help")
+    assert extra["note"].startswith(
+        "crash loop: failed the same way 3 times (2 restarts); restarting will not help"
+    )
     attempts = extra["attempts"]
     assert [a["attempt"] for a in attempts] == [1, 2, 3]
     assert all(a["stage"] == "kv_cache_init" for a in attempts)
@@ -93,7 +97,8 @@ def test_the_capture_is_three_real_attempts() -> None:
 
 @pytest.mark.parametrize("name", [f"{LOOP}.log", f"{LOOP}.docker.log"])
 def test_one_container_restarted_by_docker_is_one_incident_and_a_crash_loop(
-        capsys: pytest.CaptureFixture[str], name: str) -> None:
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
     code, reports = cli(capsys, REAL / name)
     assert code == 1  # an open critical incident
     (rep,) = reports
@@ -103,7 +108,8 @@ def test_one_container_restarted_by_docker_is_one_incident_and_a_crash_loop(
 
 
 def test_three_container_logs_of_one_pod_are_one_incident_and_a_crash_loop(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     paths = kubelet_logs(tmp_path, ["vllm-kv-0"])
     code, reports = cli(capsys, *paths)
     assert code == 1
@@ -117,16 +123,23 @@ def test_three_container_logs_of_one_pod_are_one_incident_and_a_crash_loop(
 
 
 def rs_event(reason: str, message: str, at: str, rs_hash: str = "7d9f8b6c4") -> dict:
-    return {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": reason,
-            "message": message, "count": 1, "lastTimestamp": at,
-            "involvedObject": {"kind": "ReplicaSet", "namespace": "llm",
-                               "name": f"vllm-{rs_hash}"},
-            "metadata": {"uid": f"{reason}-{message}"},
-            "source": {"component": "replicaset-controller"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "type": "Normal",
+        "reason": reason,
+        "message": message,
+        "count": 1,
+        "lastTimestamp": at,
+        "involvedObject": {"kind": "ReplicaSet", "namespace": "llm", "name": f"vllm-{rs_hash}"},
+        "metadata": {"uid": f"{reason}-{message}"},
+        "source": {"component": "replicaset-controller"},
+    }
 
 
 def test_three_replicas_without_evidence_of_replacement_are_three_incidents(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The same three logs as three replicas of one Deployment on one node with nothing
     saying one replaced another: each failure is its own, whatever the timing."""
     pods = ["vllm-7d9f8b6c4-x2x4z", "vllm-7d9f8b6c4-k9k8j", "vllm-7d9f8b6c4-q7q7q"]
@@ -138,19 +151,33 @@ def test_three_replicas_without_evidence_of_replacement_are_three_incidents(
 
 
 def test_three_pods_replacing_each_other_are_one_workload_incident(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A Deployment's pod deleted and replaced twice (the ReplicaSet hash stays), or rolled
     out to a new hash: the workload's failure continues in the pod that replaced it."""
     pods = ["vllm-7d9f8b6c4-x2x4z", "vllm-7d9f8b6c4-k9k8j", "vllm-5c4b3a2d1-q7q7q"]
     # what the ReplicaSets said (`kubectl get events -o json`): each failed pod deleted
     # between the attempts, its successor created; without it they are replicas, not one loop
     events = tmp_path / "events.json"
-    events.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        rs_event("SuccessfulDelete", f"Deleted pod: {pods[0]}", "2026-12-03T12:25:30Z"),
-        rs_event("SuccessfulCreate", f"Created pod: {pods[1]}", "2026-12-03T12:25:30Z"),
-        rs_event("SuccessfulDelete", f"Deleted pod: {pods[1]}", "2026-12-03T12:27:10Z"),
-        rs_event("SuccessfulCreate", f"Created pod: {pods[2]}", "2026-12-03T12:27:10Z", "5c4b3a2d1"),
-    ]}))
+    events.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    rs_event("SuccessfulDelete", f"Deleted pod: {pods[0]}", "2026-12-03T12:25:30Z"),
+                    rs_event("SuccessfulCreate", f"Created pod: {pods[1]}", "2026-12-03T12:25:30Z"),
+                    rs_event("SuccessfulDelete", f"Deleted pod: {pods[1]}", "2026-12-03T12:27:10Z"),
+                    rs_event(
+                        "SuccessfulCreate",
+                        f"Created pod: {pods[2]}",
+                        "2026-12-03T12:27:10Z",
+                        "5c4b3a2d1",
+                    ),
+                ],
+            }
+        )
+    )
     code, reports = cli(capsys, events, *kubelet_logs(tmp_path, pods))
     assert code == 1
     assert [r["stream"] for r in reports] == [f"llm/{p}/vllm" for p in pods]
@@ -160,8 +187,9 @@ def test_three_pods_replacing_each_other_are_one_workload_incident(
     assert_crash_loop(inc, pods)
 
 
-def test_the_loop_with_a_fixed_start_resolves(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_loop_with_a_fixed_start_resolves(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A fourth container of the pod that starts (here: a healthy capture of the same build)
     gets past kv_cache_init: the crash loop is resolved."""
     paths = kubelet_logs(tmp_path, ["vllm-kv-0"])
@@ -203,27 +231,29 @@ def warnings_of(capsys: pytest.CaptureFixture[str], name: str) -> dict[str, dict
 
 
 SATURATION = {
-    "kv-cache-barely-fits":
-        r"^the KV cache holds 1\.06x a full-length request of 2,048 tokens \(CPU KV cache size "
-        r"2,176 tokens\): fewer than 2$",
-    "kv-cache-saturated":
-        r"^CPU KV cache usage ≥ 95% on the last 3 stats lines \(100\.0%, 100\.0%, 100\.0%\); "
-        r"1 running, \d+ waiting$",
-    "waiting-queue-growing":
-        r"^waiting requests grew on the last 5 stats lines: \d+ → \d+ → \d+ → \d+ → \d+ \(\d+ "
-        r"running, CPU KV cache usage [\d.]+%\)$",
+    "kv-cache-barely-fits": r"^the KV cache holds 1\.06x a full-length request of 2,048 tokens \(CPU KV cache size "
+    r"2,176 tokens\): fewer than 2$",
+    "kv-cache-saturated": r"^CPU KV cache usage ≥ 95% on the last 3 stats lines \(100\.0%, 100\.0%, 100\.0%\); "
+    r"1 running, \d+ waiting$",
+    "waiting-queue-growing": r"^waiting requests grew on the last 5 stats lines: \d+ → \d+ → \d+ → \d+ → \d+ \(\d+ "
+    r"running, CPU KV cache usage [\d.]+%\)$",
 }
 
 
 @pytest.mark.parametrize("name", ["serving-kv-saturated.log", "serving-kv-saturated.cri.log"])
 def test_a_saturated_server_gets_each_capacity_warning_with_its_own_advice(
-        capsys: pytest.CaptureFixture[str], name: str) -> None:
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
     found = warnings_of(capsys, name)
     assert set(found) == set(SATURATION)
     for rule, pattern in SATURATION.items():
         assert re.search(pattern, found[rule]["detail"]), (rule, found[rule]["detail"])
-    queue = [int(x) for x in re.findall(r"\d+", found["waiting-queue-growing"]["detail"]
-                                        .split(": ", 1)[1].split(" (")[0])]
+    queue = [
+        int(x)
+        for x in re.findall(
+            r"\d+", found["waiting-queue-growing"]["detail"].split(": ", 1)[1].split(" (")[0]
+        )
+    ]
     assert queue == sorted(queue) and len(set(queue)) == 5 and queue[-1] >= 10
     assert found["kv-cache-barely-fits"]["stage"] == "kv_cache_init"
     assert found["kv-cache-saturated"]["stage"] == "serving"
@@ -231,20 +261,29 @@ def test_a_saturated_server_gets_each_capacity_warning_with_its_own_advice(
 
 @pytest.mark.parametrize("name", ["prefix-caching-zero-hit.log", "prefix-caching-zero-hit.cri.log"])
 def test_prefix_caching_with_a_zero_hit_rate_warns_with_its_own_advice(
-        capsys: pytest.CaptureFixture[str], name: str) -> None:
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
     found = warnings_of(capsys, name)
     assert list(found) == ["prefix-cache-hit-zero"]
     w = found["prefix-cache-hit-zero"]
-    assert re.search(r"^prefix cache hit rate 0\.0% on the last 6 stats lines with prompts being "
-                     r"served \(prompt throughput [\d., ]+ tokens/s\)$", w["detail"]), w["detail"]
+    assert re.search(
+        r"^prefix cache hit rate 0\.0% on the last 6 stats lines with prompts being "
+        r"served \(prompt throughput [\d., ]+ tokens/s\)$",
+        w["detail"],
+    ), w["detail"]
     assert "byte-identical" in w["remediation"]
 
 
-@pytest.mark.parametrize("name", [
-    "healthy-serving-prefix-caching-sigterm", "healthy-client-errors", "healthy-tp2",
-    "healthy-debug-logging", "healthy-forced-colour",
-])
-def test_healthy_busy_servers_get_no_warning(capsys: pytest.CaptureFixture[str],
-                                             name: str) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        "healthy-serving-prefix-caching-sigterm",
+        "healthy-client-errors",
+        "healthy-tp2",
+        "healthy-debug-logging",
+        "healthy-forced-colour",
+    ],
+)
+def test_healthy_busy_servers_get_no_warning(capsys: pytest.CaptureFixture[str], name: str) -> None:
     code, (rep,) = cli(capsys, REAL / f"{name}.cri.log")
     assert code == 0 and rep["incidents"] == [] and rep["warnings"] == []

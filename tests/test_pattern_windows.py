@@ -45,10 +45,13 @@ def test_every_corpus_line_gives_the_same_matches() -> None:
 
 
 def test_long_lines_with_literals_anywhere() -> None:
-    needles = ["RuntimeError: NCCL error: unhandled system error",
-               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
-               "Call to ibv_reg_mr failed with error Cannot allocate memory",
-               "tokenizer not found", "custom_all_reduce failed"]
+    needles = [
+        "RuntimeError: NCCL error: unhandled system error",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+        "Call to ibv_reg_mr failed with error Cannot allocate memory",
+        "tokenizer not found",
+        "custom_all_reduce failed",
+    ]
     filler = "model='x', tokenizer='y', parser=None, custom_ops=['none'], " * 60
     for needle in needles:
         for text in (needle + filler, filler + needle, filler[:1500] + needle + filler):

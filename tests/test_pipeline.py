@@ -32,8 +32,9 @@ def table_rows(store: Store, table: Any) -> list[dict[str, Any]]:
 
 
 def snapshot(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    incs = sorted((r["id"], r["version"], r["status"], r["category"])
-                  for r in table_rows(store, incidents))
+    incs = sorted(
+        (r["id"], r["version"], r["status"], r["category"]) for r in table_rows(store, incidents)
+    )
     events = sorted((r["incident_id"], r["version"], r["kind"]) for r in table_rows(store, outbox))
     return incs, events
 
@@ -52,11 +53,12 @@ def test_position_parsing() -> None:
 
 
 def test_replaying_kafka_positions_creates_no_duplicates(store: Store) -> None:
-    recs = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/a/vllm") + \
-        kafka_records(REAL / "healthy-idle-sigint.cri.log", stream="ns/a/vllm", start=5000)
+    recs = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/a/vllm") + kafka_records(
+        REAL / "healthy-idle-sigint.cri.log", stream="ns/a/vllm", start=5000
+    )
     p = pipeline(store)
     for i in range(0, len(recs), 40):  # the consumer's poll batches
-        p.process(recs[i:i + 40], "kafka")
+        p.process(recs[i : i + 40], "kafka")
     first = snapshot(store)
     kinds = [k for _, _, k in first[1]]
     assert kinds[0] == "opened" and kinds[-1] == "resolved"
@@ -65,19 +67,23 @@ def test_replaying_kafka_positions_creates_no_duplicates(store: Store) -> None:
     # crash before the offset commit: a new instance re-consumes from an older offset ...
     again = pipeline(store)
     for i in range(0, len(recs), 64):
-        again.process(recs[i:i + 64], "kafka")
+        again.process(recs[i : i + 64], "kafka")
     # ... and the old one re-processes its last batches too
     p.process(recs[-100:], "kafka")
     assert snapshot(store) == first
     assert store.stream("ns/a/vllm")["lines"] == lines  # not a line counted twice
     (pos,) = table_rows(store, source_positions)
-    assert (pos["source"], pos["partition"], pos["position"]) == ("kafka", "vllm-logs:0",
-                                                                 5000 + 163)
+    assert (pos["source"], pos["partition"], pos["position"]) == (
+        "kafka",
+        "vllm-logs:0",
+        5000 + 163,
+    )
     assert again.counters["skipped"] == len(recs)
 
 
-def test_failed_commit_leaves_no_trace_in_memory(store: Store, monkeypatch: pytest.MonkeyPatch
-                                                 ) -> None:
+def test_failed_commit_leaves_no_trace_in_memory(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
     recs = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/a/vllm")
     p = pipeline(store)
     p.process(recs[:100], "kafka")
@@ -174,16 +180,24 @@ def test_evidence_is_stored_not_notified(store: Store) -> None:
 
 
 def test_warning_incidents_are_stored_but_enqueue_nothing_unrouted(store: Store) -> None:
-    warn = next(p for p in failing_cases(200) + sorted(REAL.parent.parent.glob("corpus/cases/*.log"))
-                if p.name.startswith("gh-dotsocr"))
+    warn = next(
+        p
+        for p in failing_cases(200) + sorted(REAL.parent.parent.glob("corpus/cases/*.log"))
+        if p.name.startswith("gh-dotsocr")
+    )
     recs = kafka_records(warn, stream="ns/w/vllm")
     router = Router([ReceiverSettings(name="oncall", type="webhook", url="http://x")])
     pipeline(store, router=router).process(recs, "kafka")
     (inc,), _ = store.list_incidents()
     assert inc["severity"] == "warning"
     assert count_outbox(store) == 0
-    warned = Router([ReceiverSettings(name="w", type="webhook", url="http://x",
-                                      match={"severity": ["warning"]})])
+    warned = Router(
+        [
+            ReceiverSettings(
+                name="w", type="webhook", url="http://x", match={"severity": ["warning"]}
+            )
+        ]
+    )
     assert warned.wants({"severity": "warning", "primary": {}, "meta": {}}, "opened")
 
 
@@ -206,8 +220,7 @@ def test_process_and_submit_from_many_threads(store: Store) -> None:
         recs = kafka_records(REAL / "bad-dtype.cri.log", stream="fw/x/vllm")
         for r in recs:
             r.position = None
-        await asyncio.gather(*(p.submit(recs, "forward", chunk_id=f"c{i % 3}")
-                               for i in range(9)))
+        await asyncio.gather(*(p.submit(recs, "forward", chunk_id=f"c{i % 3}") for i in range(9)))
 
     asyncio.run(forward())
     for t in threads:
@@ -272,7 +285,7 @@ def test_replicas_fed_the_same_stream_never_overwrite_each_other(store: Store) -
 
     async def go() -> None:
         for i in range(0, len(recs), 20):
-            await (a if i // 20 % 2 == 0 else b).submit(recs[i:i + 20], "forward")
+            await (a if i // 20 % 2 == 0 else b).submit(recs[i : i + 20], "forward")
 
     asyncio.run(go())
     clf, kinds, ids = reference(recs)

@@ -69,18 +69,28 @@ def promql(expr: str) -> str:
 def test_rules_pass_promtool_check_and_unit_tests(tmp_path: Path) -> None:
     promtool = binary("promtool")
     print(version(promtool))
-    out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
-    out = subprocess.run([promtool, "test", "rules", str(RULE_TESTS)], capture_output=True,
-                         text=True, timeout=120, cwd=RULES.parent)
+    out = subprocess.run(
+        [promtool, "test", "rules", str(RULE_TESTS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=RULES.parent,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     # the PrometheusRule's spec is a rule file too
     spec = yaml.safe_load((KUBE / "prometheusrule.yaml").read_text())["spec"]
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
-    out = subprocess.run([promtool, "check", "rules", str(tmp_path / "spec.yaml")],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [promtool, "check", "rules", str(tmp_path / "spec.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -89,9 +99,14 @@ def test_prometheusrule_carries_the_rule_file() -> None:
     assert rule["kind"] == "PrometheusRule"
     assert rule["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert {"SentinelDown", "SentinelNoIngest", "SentinelKafkaLagGrowing",
-            "SentinelOutboxBacklog", "SentinelDeliveryFailures",
-            "SentinelStoreErrors"} <= alerts
+    assert {
+        "SentinelDown",
+        "SentinelNoIngest",
+        "SentinelKafkaLagGrowing",
+        "SentinelOutboxBacklog",
+        "SentinelDeliveryFailures",
+        "SentinelStoreErrors",
+    } <= alerts
 
 
 def test_servicemonitor_scrapes_the_service_port() -> None:
@@ -113,8 +128,12 @@ def test_rules_and_dashboard_name_only_metrics_that_exist() -> None:
         unknown = set(METRIC.findall(expr)) - names
         assert not unknown, f"{expr}: {unknown}"
     used = {m for e in dashboard_exprs() for m in METRIC.findall(e)}
-    assert {"sentinel_incidents_open", "sentinel_alert_latency_seconds_bucket",
-            "sentinel_consumer_lag", "sentinel_rejects_total"} <= used
+    assert {
+        "sentinel_incidents_open",
+        "sentinel_alert_latency_seconds_bucket",
+        "sentinel_consumer_lag",
+        "sentinel_rejects_total",
+    } <= used
 
 
 def test_dashboard_is_importable_json() -> None:
@@ -132,8 +151,13 @@ def test_dashboard_is_importable_json() -> None:
 def test_latency_buckets_reach_a_minute() -> None:
     [fam] = [f for f in metrics.REGISTRY.collect() if f.name == "sentinel_alert_latency_seconds"]
     metrics.ALERT_LATENCY.labels(receiver="bucket-probe").observe(50)
-    buckets = {s.labels["le"] for f in metrics.REGISTRY.collect()
-               if f.name == fam.name for s in f.samples if s.name.endswith("_bucket")}
+    buckets = {
+        s.labels["le"]
+        for f in metrics.REGISTRY.collect()
+        if f.name == fam.name
+        for s in f.samples
+        if s.name.endswith("_bucket")
+    }
     assert {"30.0", "45.0", "60.0", "+Inf"} <= buckets
 
 
@@ -147,15 +171,21 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 
 
 def _samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    return {tuple(sorted(s.labels.items())): s.value
-            for fam in text_string_to_metric_families(text) for s in fam.samples
-            if s.name == name}
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == name
+    }
 
 
 def test_metrics_show_open_incidents_by_tier_and_category(client: TestClient) -> None:
     records = fluentbit_records(REAL / "kv-cache-too-small.cri.log", kube("ns", "p"))
-    r = client.post("/ingest", content="\n".join(json.dumps(x) for x in records),
-                    headers={**WRITE, "Content-Type": "application/x-ndjson"})
+    r = client.post(
+        "/ingest",
+        content="\n".join(json.dumps(x) for x in records),
+        headers={**WRITE, "Content-Type": "application/x-ndjson"},
+    )
     assert r.status_code == 200, r.text
     text = client.get("/metrics").text
     opened = _samples(text, "sentinel_incidents_open")
@@ -163,8 +193,10 @@ def test_metrics_show_open_incidents_by_tier_and_category(client: TestClient) ->
     # no dispatcher runs in this context: the change waits in the outbox
     assert _samples(text, "sentinel_outbox_pending") == {(): 1.0}
     assert _samples(text, "sentinel_outbox_pending_oldest_seconds")[()] >= 0.0
-    assert _samples(text, "sentinel_store_errors_total").keys() == {(("op", "read"),),
-                                                                   (("op", "write"),)}
+    assert _samples(text, "sentinel_store_errors_total").keys() == {
+        (("op", "read"),),
+        (("op", "write"),),
+    }
     assert re.search(r"^# TYPE sentinel_alerts_pending gauge$", text, re.M)
     # resolved: the series goes away rather than staying at a stale 1
     [inc] = client.get("/incidents").json()["items"]
@@ -187,17 +219,28 @@ def test_real_prometheus_scrapes_the_running_service(tmp_path: Path) -> None:
     print(version(prom_bin))
     port = free_port()
     with Receiver() as rx:
-        svc = Sentinel(tmp_path, "sentinel", service_config(
-            store_url=f"sqlite:///{tmp_path / 'sentinel.db'}", api_port=port, token="t",
-            receivers=[webhook(rx.url)]))
+        svc = Sentinel(
+            tmp_path,
+            "sentinel",
+            service_config(
+                store_url=f"sqlite:///{tmp_path / 'sentinel.db'}",
+                api_port=port,
+                token="t",
+                receivers=[webhook(rx.url)],
+            ),
+        )
         try:
             svc.start().wait_ready()
             records = fluent_bit_records(REAL / "kv-cache-too-small.cri.log", "llm", "qwen-0")
-            r = svc.http.post("/ingest", content=json.dumps(records).encode(),
-                              headers={**svc.headers(), "Content-Type": "application/json"})
+            r = svc.http.post(
+                "/ingest",
+                content=json.dumps(records).encode(),
+                headers={**svc.headers(), "Content-Type": "application/json"},
+            )
             assert r.status_code == 200, r.text
             assert rx.wait_for(1, timeout=30), "the webhook delivery"
             with Prometheus(tmp_path, [f"127.0.0.1:{port}"], rule_files=[RULES]) as prom:
+
                 def up() -> bool:
                     return any(t["health"] == "up" for t in prom.targets())
 
@@ -206,8 +249,11 @@ def test_real_prometheus_scrapes_the_running_service(tmp_path: Path) -> None:
                 def query(expr: str) -> list[dict[str, Any]]:
                     return prom.query(expr)
 
-                [opened] = wait_for(lambda: query('sentinel_incidents_open{job="vllm-sentinel"}'),
-                                    30, "sentinel_incidents_open in Prometheus")
+                [opened] = wait_for(
+                    lambda: query('sentinel_incidents_open{job="vllm-sentinel"}'),
+                    30,
+                    "sentinel_incidents_open in Prometheus",
+                )
                 assert opened["metric"]["tier"] == "capacity"
                 assert opened["metric"]["category"] == "oom_kv_cache"
                 assert float(opened["value"][1]) == 1.0
@@ -222,18 +268,35 @@ def test_real_prometheus_scrapes_the_running_service(tmp_path: Path) -> None:
 
                 def evaluated() -> list[dict[str, Any]]:
                     rules = prom.rules()
-                    return rules if rules and all(r.get("lastEvaluation", "").startswith("2")
-                                                  and not r["lastEvaluation"].startswith("0001")
-                                                  for r in rules) else []
+                    return (
+                        rules
+                        if rules
+                        and all(
+                            r.get("lastEvaluation", "").startswith("2")
+                            and not r["lastEvaluation"].startswith("0001")
+                            for r in rules
+                        )
+                        else []
+                    )
 
                 rules = wait_for(evaluated, 30, "the rules to be evaluated")
                 assert {r["health"] for r in rules} == {"ok"}, rules
                 # a healthy service: once its target is scraped (absent(up) was true before
                 # the first scrape) these are inactive, not even pending
-                quiet = {"SentinelDown", "SentinelStoreErrors", "SentinelOutboxBacklog",
-                         "SentinelDeliveryFailures", "SentinelAlertsPending"}
-                wait_for(lambda: not {r["name"] for r in prom.rules()
-                                      if r.get("state") != "inactive"} & quiet,
-                         20, f"{quiet} to be inactive")
+                quiet = {
+                    "SentinelDown",
+                    "SentinelStoreErrors",
+                    "SentinelOutboxBacklog",
+                    "SentinelDeliveryFailures",
+                    "SentinelAlertsPending",
+                }
+                wait_for(
+                    lambda: (
+                        not {r["name"] for r in prom.rules() if r.get("state") != "inactive"}
+                        & quiet
+                    ),
+                    20,
+                    f"{quiet} to be inactive",
+                )
         finally:
             svc.close()

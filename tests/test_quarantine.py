@@ -28,8 +28,12 @@ class FaultyClassifier(Classifier):
 
 
 def quarantined_total() -> float:
-    return sum(s.value for m in metrics.QUARANTINED.collect() for s in m.samples
-               if s.name.endswith("_total"))
+    return sum(
+        s.value
+        for m in metrics.QUARANTINED.collect()
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
 
 
 def test_a_poison_record_is_quarantined_and_the_oom_after_it_opens(store: Store) -> None:
@@ -45,7 +49,7 @@ def test_a_poison_record_is_quarantined_and_the_oom_after_it_opens(store: Store)
 
     p = Pipeline(store, make)
     for i in range(0, len(recs), 10):
-        p.process(recs[i:i + 10], "kafka")
+        p.process(recs[i : i + 10], "kafka")
 
     assert quarantined_total() == before + 1
     rows = store.list_quarantine()

@@ -25,8 +25,9 @@ KV = REAL / "kv-cache-too-small.cri.log"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def database(request: pytest.FixtureRequest,
-             tmp_path: Path) -> Iterator[tuple[str, Callable[[], None]]]:
+def database(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, Callable[[], None]]]:
     """(url, empty()): ``empty()`` drops every table the way the database would come back."""
     if request.param == "sqlite":
         path = tmp_path / "sentinel.db"
@@ -36,9 +37,13 @@ def database(request: pytest.FixtureRequest,
             try:
                 conn.execute("PRAGMA foreign_keys=OFF")
                 conn.execute("BEGIN IMMEDIATE")
-                names = [r[0] for r in conn.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%'")]
+                names = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT name FROM sqlite_master WHERE type = 'table' "
+                        "AND name NOT LIKE 'sqlite_%'"
+                    )
+                ]
                 for name in names:
                     conn.execute(f'DROP TABLE "{name}"')
                 conn.execute("COMMIT")
@@ -56,8 +61,12 @@ def database(request: pytest.FixtureRequest,
         import psycopg
 
         schema = make_url(url).query["options"].split("=", 1)[1]
-        plain = make_url(url).set(query={}).set(drivername="postgresql") \
+        plain = (
+            make_url(url)
+            .set(query={})
+            .set(drivername="postgresql")
             .render_as_string(hide_password=False)
+        )
 
         def recreate(schema: str = schema, plain: str = plain) -> None:
             with psycopg.connect(plain, autocommit=True) as conn:
@@ -68,19 +77,32 @@ def database(request: pytest.FixtureRequest,
 
 
 def ingest(svc: Sentinel, pod: str) -> None:
-    r = svc.http.post("/ingest", content=json_array(fluentbit_records(KV, kube("llm", pod))),
-                      headers={"Content-Type": "application/json"})
+    r = svc.http.post(
+        "/ingest",
+        content=json_array(fluentbit_records(KV, kube("llm", pod))),
+        headers={"Content-Type": "application/json"},
+    )
     assert r.status_code == 200, r.text
 
 
 def test_readiness_recovers_when_the_database_comes_back_empty(
-        database: tuple[str, Callable[[], None]], tmp_path: Path) -> None:
+    database: tuple[str, Callable[[], None]], tmp_path: Path
+) -> None:
     url, empty = database
     with Receiver() as rx:
-        svc = Sentinel(tmp_path, "ready", service_config(
-            store_url=url, api_port=free_port(), receivers=[webhook(rx.url)],
-            notify={"group_wait_s": 0.0}, use_model=False, fleet={"enabled": False},
-            stall={"enabled": False}))
+        svc = Sentinel(
+            tmp_path,
+            "ready",
+            service_config(
+                store_url=url,
+                api_port=free_port(),
+                receivers=[webhook(rx.url)],
+                notify={"group_wait_s": 0.0},
+                use_model=False,
+                fleet={"enabled": False},
+                stall={"enabled": False},
+            ),
+        )
         db = Db(url)
         try:
             svc.start().wait_ready()
@@ -96,15 +118,16 @@ def test_readiness_recovers_when_the_database_comes_back_empty(
                 seen.append(r.status_code)
                 return r.status_code == 200
 
-            wait_until(ready, 20, "readiness after the database came back empty",
-                       interval=0.2)
+            wait_until(ready, 20, "readiness after the database came back empty", interval=0.2)
             took = time.monotonic() - t0
             body = svc.readiness()
             assert body["ready"] is True
             assert db.scalar("SELECT version_num FROM alembic_version") == head_revision()
             assert db.scalar("SELECT count(*) FROM incidents") == 0  # it came back empty
-            print(f"ready again {took:.2f}s after the tables were dropped; probes: {seen}; "
-                  f"checks: {body['checks']}")
+            print(
+                f"ready again {took:.2f}s after the tables were dropped; probes: {seen}; "
+                f"checks: {body['checks']}"
+            )
 
             ingest(svc, "after")  # and it works again: stored and paged
             assert wait_until(lambda: len(rx.accepted()) == 2, 20, "the page after")

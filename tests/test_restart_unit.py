@@ -7,8 +7,7 @@ from service.intel.workload import restart_unit
 
 
 def meta(pod: str, **labels: str) -> dict:
-    return {"namespace": "llm", "pod": pod, "container": "vllm", "node": "gpu-1",
-            "labels": labels}
+    return {"namespace": "llm", "pod": pod, "container": "vllm", "node": "gpu-1", "labels": labels}
 
 
 def test_deployment_pods_share_a_restart_unit_on_one_node() -> None:

@@ -41,33 +41,58 @@ T0 = min(t for t, _ in KV if t is not None)
 
 
 def pod_meta(pod: str, container_id: str, node: str = NODE) -> dict:
-    return {"namespace": "llm", "pod": pod, "container": "vllm", "container_id": container_id,
-            "node": node, "labels": {"pod-template-hash": "7d9f8b6c4"}}
+    return {
+        "namespace": "llm",
+        "pod": pod,
+        "container": "vllm",
+        "container_id": container_id,
+        "node": node,
+        "labels": {"pod-template-hash": "7d9f8b6c4"},
+    }
 
 
-def attempt(clf: Classifier, log: list[tuple[float | None, str]], stream: str, meta: dict,
-            start: float) -> list[Change]:
+def attempt(
+    clf: Classifier, log: list[tuple[float | None, str]], stream: str, meta: dict, start: float
+) -> list[Change]:
     """Feed one start of the workload, its first line ``start`` seconds after the first
     line of the kv-cache-too-small capture (the spacing of its lines kept)."""
     out: list[Change] = []
     shift = T0 + start - min(t for t, _ in log if t is not None)
     for t, text in log:
-        out += clf.feed(LogRecord(stream, text, time=None if t is None else t + shift,
-                                  meta=dict(meta)))
+        out += clf.feed(
+            LogRecord(stream, text, time=None if t is None else t + shift, meta=dict(meta))
+        )
     return out
 
 
-def ended(clf: Classifier, pod: str, at: float, reason: str = "Killing",
-          message: str = "Stopping container vllm", etype: str = "Normal") -> list[Change]:
+def ended(
+    clf: Classifier,
+    pod: str,
+    at: float,
+    reason: str = "Killing",
+    message: str = "Stopping container vllm",
+    etype: str = "Normal",
+) -> list[Change]:
     """Kubernetes says ``pod`` is going away (the kubelet's ``Killing`` event when a pod is
     deleted, by default), as ``kubectl get events -o json`` prints it."""
     stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    event = {"apiVersion": "v1", "kind": "Event", "type": etype, "reason": reason,
-             "message": message, "count": 1, "lastTimestamp": stamp,
-             "involvedObject": {"kind": "Pod", "namespace": "llm", "name": pod,
-                                "fieldPath": "spec.containers{vllm}"},
-             "metadata": {"uid": f"{pod}-{reason}-{at}"},
-             "source": {"component": "kubelet", "host": NODE}}
+    event = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "type": etype,
+        "reason": reason,
+        "message": message,
+        "count": 1,
+        "lastTimestamp": stamp,
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": "llm",
+            "name": pod,
+            "fieldPath": "spec.containers{vllm}",
+        },
+        "metadata": {"uid": f"{pod}-{reason}-{at}"},
+        "source": {"component": "kubelet", "host": NODE},
+    }
     out: list[Change] = []
     for rec in kube_records(event):
         out += clf.feed(rec)
@@ -129,11 +154,11 @@ def test_a_restart_is_not_announced_before_its_root_cause_is_known() -> None:
     clf = Classifier(RB)
     attempt(clf, KV, "s", {}, 0.0)
     cut = next(i for i, (_, t) in enumerate(KV) if "EngineCore failed to start" in t)
-    early = attempt(clf, KV[:cut + 1], "s", {}, span(KV))
+    early = attempt(clf, KV[: cut + 1], "s", {}, span(KV))
     assert notified(early) == []
     st = clf.state("s")
     assert st.extra.get("pending")  # judged when the root cause arrives
-    rest = attempt(clf, KV[cut + 1:], "s", {}, span(KV))
+    rest = attempt(clf, KV[cut + 1 :], "s", {}, span(KV))
     assert notified(rest) == [] and not st.extra.get("pending")
     assert [i.restarts for i in st.incidents] == [1]
 
@@ -145,7 +170,8 @@ def test_a_restart_without_a_banner_is_found_by_its_new_api_server_pid() -> None
     rep = classify_records(
         [LogRecord("s", x, time=t) for t, x in bare]
         + [LogRecord("s", x, time=None if t is None else t + span(KV)) for t, x in second],
-        Classifier(RB))[0]
+        Classifier(RB),
+    )[0]
     (inc,) = rep["incidents"]
     assert inc["restarts"] == 1
 
@@ -173,8 +199,9 @@ def test_a_replacement_pod_on_the_same_node_continues_the_incident() -> None:
     pods = ["vllm-7d9f8b6c4-x2x4z", "vllm-7d9f8b6c4-k9k8j", "vllm-5c4b3a2d1-q7q7q"]
     changes = []
     for n, pod in enumerate(pods):
-        changes.append(attempt(clf, KV, f"llm/{pod}/vllm", pod_meta(pod, f"{n}" * 64),
-                               n * span(KV)))
+        changes.append(
+            attempt(clf, KV, f"llm/{pod}/vllm", pod_meta(pod, f"{n}" * 64), n * span(KV))
+        )
         ended(clf, pod, end_of(KV, n * span(KV)) + 5)  # deleted: the ReplicaSet replaces it
     (opened,) = [i for k, i in notified(changes[0]) if k == "opened"]
     assert notified(changes[1]) == []
@@ -192,12 +219,13 @@ def test_replicas_on_other_nodes_or_running_side_by_side_stay_apart() -> None:
     clf = Classifier(RB)
     a, b, c = "vllm-7d9f8b6c4-aaaaa", "vllm-7d9f8b6c4-bbbbb", "vllm-7d9f8b6c4-ccccc"
     attempt(clf, KV, f"llm/{a}/vllm", pod_meta(a, "1" * 64), 0.0)
-    other_node = attempt(clf, KV, f"llm/{b}/vllm", pod_meta(b, "2" * 64, node="gpu-node-2"),
-                         span(KV))
+    other_node = attempt(
+        clf, KV, f"llm/{b}/vllm", pod_meta(b, "2" * 64, node="gpu-node-2"), span(KV)
+    )
     assert [k for k, _ in notified(other_node)][0] == "opened"  # its own incident
     clf2 = Classifier(RB)
     recs = [(t, x, a) for t, x in KV] + [(t, x, c) for t, x in KV]
-    recs.sort(key=lambda r: (r[0] or 0.0))  # two replicas starting together, one node
+    recs.sort(key=lambda r: r[0] or 0.0)  # two replicas starting together, one node
     for t, x, pod in recs:
         clf2.feed(LogRecord(f"llm/{pod}/vllm", x, time=t, meta=pod_meta(pod, pod[-1] * 64)))
     assert [len(clf2.state(f"llm/{p}/vllm").incidents) for p in (a, c)] == [1, 1]
@@ -224,7 +252,8 @@ def test_a_run_that_gets_past_the_failing_stage_resolves_the_crash_loop() -> Non
     assert inc.extra["crash_loop"]
     fixed = attempt(clf, HEALTHY, "s", {}, 4 * span(KV))
     assert [(c.kind, c.incident.id) for c in fixed if c.kind == "resolved"] == [
-        ("resolved", inc.id)]
+        ("resolved", inc.id)
+    ]
     assert "got past kv_cache_init" in inc.resolution
 
 
@@ -236,7 +265,8 @@ def test_a_replacement_pod_that_starts_resolves_its_predecessors_failure() -> No
     ended(clf, old, end_of(KV, 0.0) + 5)
     fixed = attempt(clf, HEALTHY, f"llm/{new}/vllm", pod_meta(new, "2" * 64), span(KV))
     assert [(c.kind, c.incident.id) for c in fixed if c.kind == "resolved"] == [
-        ("resolved", inc.id)]
+        ("resolved", inc.id)
+    ]
     assert new in inc.resolution
 
 
@@ -244,8 +274,9 @@ def test_a_replacement_pod_that_starts_resolves_its_predecessors_failure() -> No
 REPLICAS = ("vllm-7d9f8b6c4-aaaaa", "vllm-7d9f8b6c4-bbbbb")
 
 
-def two_replicas(gap: float, between: Callable[[Classifier], object] | None = None
-                 ) -> tuple[Classifier, list[Change], list[Change]]:
+def two_replicas(
+    gap: float, between: Callable[[Classifier], object] | None = None
+) -> tuple[Classifier, list[Change], list[Change]]:
     """Replica A of one Deployment fails; replica B (same ReplicaSet, same node) starts
     ``gap`` seconds after A's last line (negative: while A still ran) and fails the same
     way. ``between`` feeds what Kubernetes said in between."""
@@ -261,7 +292,8 @@ def two_replicas(gap: float, between: Callable[[Classifier], object] | None = No
 
 @pytest.mark.parametrize("gap", [-20.0, 0.0, 0.5, 30.0, 600.0, 86_400.0])
 def test_two_replicas_on_one_node_failing_alike_are_two_incidents_whatever_their_timing(
-        gap: float) -> None:
+    gap: float,
+) -> None:
     clf, first, second = two_replicas(gap)
     a, b = (clf.state(f"llm/{p}/vllm").incidents for p in REPLICAS)
     assert len(a) == 1 and len(b) == 1 and a[0].id != b[0].id
@@ -293,12 +325,18 @@ def test_a_different_failure_in_another_replica_is_not_linked_as_after_a_restart
 
 def controller_event(reason: str, message: str, at: float) -> dict:
     stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"apiVersion": "v1", "kind": "Event", "type": "Normal", "reason": reason,
-            "message": message, "lastTimestamp": stamp, "count": 1,
-            "involvedObject": {"kind": "ReplicaSet", "namespace": "llm",
-                               "name": "vllm-7d9f8b6c4"},
-            "metadata": {"uid": f"rs-{reason}-{at}"},
-            "source": {"component": "replicaset-controller"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "type": "Normal",
+        "reason": reason,
+        "message": message,
+        "lastTimestamp": stamp,
+        "count": 1,
+        "involvedObject": {"kind": "ReplicaSet", "namespace": "llm", "name": "vllm-7d9f8b6c4"},
+        "metadata": {"uid": f"rs-{reason}-{at}"},
+        "source": {"component": "replicaset-controller"},
+    }
 
 
 def pod_object(pod: str, at: float, phase: str = "Running", deleted: bool = False) -> dict:
@@ -307,9 +345,18 @@ def pod_object(pod: str, at: float, phase: str = "Running", deleted: bool = Fals
     md = {"namespace": "llm", "name": pod, "uid": f"uid-{pod}"}
     if deleted:
         md["deletionTimestamp"] = stamp
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": md, "spec": {"nodeName": NODE},
-            "status": {"phase": phase, "containerStatuses": [
-                {"name": "vllm", "restartCount": 0, "state": {"terminated": term}}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": md,
+        "spec": {"nodeName": NODE},
+        "status": {
+            "phase": phase,
+            "containerStatuses": [
+                {"name": "vllm", "restartCount": 0, "state": {"terminated": term}}
+            ],
+        },
+    }
 
 
 def feed_objects(clf: Classifier, *objects: dict) -> None:
@@ -321,14 +368,23 @@ def feed_objects(clf: Classifier, *objects: dict) -> None:
 AFTER_A = end_of(KV, 0.0) + 5.0  # A failed; B starts 30 s after A's last line
 EVIDENCE = {
     "killing": lambda c: ended(c, REPLICAS[0], AFTER_A),
-    "evicted": lambda c: ended(c, REPLICAS[0], AFTER_A, "Evicted",
-                               "The node was low on resource: ephemeral-storage.", "Warning"),
-    "successful-delete": lambda c: feed_objects(c, controller_event(
-        "SuccessfulDelete", f"Deleted pod: {REPLICAS[0]}", AFTER_A)),
-    "successful-create": lambda c: feed_objects(c, controller_event(
-        "SuccessfulCreate", f"Created pod: {REPLICAS[1]}", AFTER_A)),
-    "watch-deleted": lambda c: feed_objects(c, {"type": "DELETED", "object": pod_object(
-        REPLICAS[0], AFTER_A, deleted=True)}),
+    "evicted": lambda c: ended(
+        c,
+        REPLICAS[0],
+        AFTER_A,
+        "Evicted",
+        "The node was low on resource: ephemeral-storage.",
+        "Warning",
+    ),
+    "successful-delete": lambda c: feed_objects(
+        c, controller_event("SuccessfulDelete", f"Deleted pod: {REPLICAS[0]}", AFTER_A)
+    ),
+    "successful-create": lambda c: feed_objects(
+        c, controller_event("SuccessfulCreate", f"Created pod: {REPLICAS[1]}", AFTER_A)
+    ),
+    "watch-deleted": lambda c: feed_objects(
+        c, {"type": "DELETED", "object": pod_object(REPLICAS[0], AFTER_A, deleted=True)}
+    ),
     "terminating": lambda c: feed_objects(c, pod_object(REPLICAS[0], AFTER_A, deleted=True)),
     "pod-failed": lambda c: feed_objects(c, pod_object(REPLICAS[0], AFTER_A, phase="Failed")),
 }
@@ -336,7 +392,8 @@ EVIDENCE = {
 
 @pytest.mark.parametrize("evidence", sorted(EVIDENCE))
 def test_a_replacement_with_kubernetes_evidence_continues_its_predecessors_incident(
-        evidence: str) -> None:
+    evidence: str,
+) -> None:
     clf, first, second = two_replicas(30.0, EVIDENCE[evidence])
     (opened,) = [i for k, i in notified(first) if k == "opened"]
     assert notified(second) == []  # one more restart of the same failure: no page
@@ -347,13 +404,15 @@ def test_a_replacement_with_kubernetes_evidence_continues_its_predecessors_incid
 
 NOT_EVIDENCE = {
     # a probe kill restarts the container in the same pod: the pod goes on
-    "probe-kill": lambda c: ended(c, REPLICAS[0], AFTER_A, message=(
-        "Container vllm failed liveness probe, will be restarted")),
+    "probe-kill": lambda c: ended(
+        c, REPLICAS[0], AFTER_A, message=("Container vllm failed liveness probe, will be restarted")
+    ),
     # the other replica's container exited, the pod restarts it (phase Running)
     "container-exited": lambda c: feed_objects(c, pod_object(REPLICAS[0], AFTER_A)),
     # a pod created before A failed is a replica that was starting beside it
-    "created-before-the-failure": lambda c: feed_objects(c, controller_event(
-        "SuccessfulCreate", f"Created pod: {REPLICAS[1]}", T0 - 60)),
+    "created-before-the-failure": lambda c: feed_objects(
+        c, controller_event("SuccessfulCreate", f"Created pod: {REPLICAS[1]}", T0 - 60)
+    ),
     # A was deleted long after B started: B ran beside it
     "ended-after-b-started": lambda c: ended(c, REPLICAS[0], AFTER_A + 3600),
 }
@@ -363,8 +422,7 @@ NOT_EVIDENCE = {
 def test_what_is_not_evidence_of_a_replacement_keeps_replicas_apart(case: str) -> None:
     clf, _, second = two_replicas(30.0, NOT_EVIDENCE[case])
     assert [k for k, _ in notified(second)][0] == "opened"
-    assert all(i.restarts == 0 for p in REPLICAS
-               for i in clf.state(f"llm/{p}/vllm").incidents)
+    assert all(i.restarts == 0 for p in REPLICAS for i in clf.state(f"llm/{p}/vllm").incidents)
 
 
 def test_pod_lifecycle_evidence_is_saved_with_the_stream() -> None:

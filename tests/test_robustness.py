@@ -16,11 +16,26 @@ from service.parse.line import parse_line
 from service.records import LogRecord
 
 RB = RuleBook()
-VLLMISH = st.sampled_from([
-    "(APIServer pid=1) ", "(VllmWorker rank=1 pid=4) ", "ERROR 01-01 00:00:00 [core.py:1] ",
-    "\x1b[0;36m", "[rank0]:", "Traceback (most recent call last):", '  File "x.py", line 1, in f',
-    "NCCL WARN ", "RuntimeError: ", "CUDA out of memory", "\r", "\x00", "(", ")", "[", "]",
-])
+VLLMISH = st.sampled_from(
+    [
+        "(APIServer pid=1) ",
+        "(VllmWorker rank=1 pid=4) ",
+        "ERROR 01-01 00:00:00 [core.py:1] ",
+        "\x1b[0;36m",
+        "[rank0]:",
+        "Traceback (most recent call last):",
+        '  File "x.py", line 1, in f',
+        "NCCL WARN ",
+        "RuntimeError: ",
+        "CUDA out of memory",
+        "\r",
+        "\x00",
+        "(",
+        ")",
+        "[",
+        "]",
+    ]
+)
 TEXT = st.lists(st.one_of(st.text(max_size=40), VLLMISH), max_size=12).map("".join)
 
 
@@ -52,12 +67,14 @@ def test_a_huge_hostile_line_is_bounded_in_time() -> None:
 def test_binary_files_are_read_with_counted_rejects(tmp_path_factory, data: bytes) -> None:
     path = tmp_path_factory.mktemp("junk") / "junk.log"
     path.write_bytes(data)
-    before = sum(s.value for m in metrics.REJECTS.collect() for s in m.samples
-                 if s.name.endswith("_total"))
+    before = sum(
+        s.value for m in metrics.REJECTS.collect() for s in m.samples if s.name.endswith("_total")
+    )
     records = list(read_file(str(path)))
     classify_records(records, Classifier(RB))
-    after = sum(s.value for m in metrics.REJECTS.collect() for s in m.samples
-                if s.name.endswith("_total"))
+    after = sum(
+        s.value for m in metrics.REJECTS.collect() for s in m.samples if s.name.endswith("_total")
+    )
     if b"\x00" in data:
         assert after > before  # NUL-laden junk is counted as a reject, never raised
     assert all(isinstance(r.text, str) for r in records)

@@ -30,8 +30,10 @@ TEAM_RULE = {
     "pattern": r"Read-only file system: .{0,80}(?:huggingface|hf_home|model-cache)",
     "description": "The model cache is mounted read-only.",
     "remediation": "Mount HF_HOME read-write, or pre-fill it and set HF_HUB_OFFLINE=1.",
-    "examples": {"match": [READONLY],
-                 "no_match": ["OSError: [Errno 28] No space left on device: '/root/.cache'"]},
+    "examples": {
+        "match": [READONLY],
+        "no_match": ["OSError: [Errno 28] No space left on device: '/root/.cache'"],
+    },
 }
 REPLACEMENT = {
     "id": "kv-cache-too-small-for-max-len",
@@ -41,9 +43,13 @@ REPLACEMENT = {
     "pattern": "To serve at least one request with the models?.s max seq len",
     "description": "Team wording.",
     "remediation": "Ask the serving team for a shorter --max-model-len.",
-    "examples": {"match": ["ValueError: To serve at least one request with the model's max "
-                           "seq len (4000000), (3.81 GiB KV cache is needed"],
-                 "no_match": ["INFO 01-01 00:00:00 [x.py:1] max seq len 4096"]},
+    "examples": {
+        "match": [
+            "ValueError: To serve at least one request with the model's max "
+            "seq len (4000000), (3.81 GiB KV cache is needed"
+        ],
+        "no_match": ["INFO 01-01 00:00:00 [x.py:1] max seq len 4096"],
+    },
 }
 
 
@@ -65,58 +71,79 @@ def verdict(settings: Settings, records: list[LogRecord]) -> list[tuple[str, str
     return [(i["category"], i["rule"]) for i in rep["incidents"]]
 
 
-def test_rules_test_runs_every_example_and_fails_on_one(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture) -> None:
+def test_rules_test_runs_every_example_and_fails_on_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     d = rules_dir(tmp_path, TEAM_RULE, REPLACEMENT)
     code, out, _ = run("rules", "test", str(d), capsys=capsys)
     assert code == 0
     assert out.startswith(f"{len(load_rule_set([d]).signatures)} rules (2 from {d})")
     assert out.rstrip().endswith("all pass")
-    bad = {**TEAM_RULE, "examples": {"match": ["no such line"],
-                                     "no_match": [READONLY]}}
+    bad = {**TEAM_RULE, "examples": {"match": ["no such line"], "no_match": [READONLY]}}
     d2 = rules_dir(tmp_path, bad, name="bad")
     code, out, err = run("rules", "test", str(d2), capsys=capsys)
     assert code == 1
     assert out.splitlines() == [
-        f"{d2 / 'team.yaml'}: team-model-cache-readonly: does not match its example: "
-        "no such line",
-        f"{d2 / 'team.yaml'}: team-model-cache-readonly: matches its no_match example: "
-        f"{READONLY}"]
+        f"{d2 / 'team.yaml'}: team-model-cache-readonly: does not match its example: no such line",
+        f"{d2 / 'team.yaml'}: team-model-cache-readonly: matches its no_match example: {READONLY}",
+    ]
     assert err.startswith("2 of ")
 
 
 def test_invalid_rules_are_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    d = rules_dir(tmp_path, {**TEAM_RULE, "category": "disk_full"},
-                  {**TEAM_RULE, "id": "bad-regex", "pattern": "(unclosed"},
-                  {k: v for k, v in TEAM_RULE.items() if k != "examples"} | {"id": "no-ex"})
+    d = rules_dir(
+        tmp_path,
+        {**TEAM_RULE, "category": "disk_full"},
+        {**TEAM_RULE, "id": "bad-regex", "pattern": "(unclosed"},
+        {k: v for k, v in TEAM_RULE.items() if k != "examples"} | {"id": "no-ex"},
+    )
     code, out, err = run("rules", "test", str(d), capsys=capsys)
     assert code == 2 and out == ""
     lines = err.splitlines()
-    assert lines[0] == (f"vllm-sentinel rules: rules: {d / 'team.yaml'}: "
-                        "team-model-cache-readonly: category: unknown category 'disk_full'")
-    assert lines[1].startswith(f"vllm-sentinel rules: rules: {d / 'team.yaml'}: bad-regex: "
-                               "pattern is not a valid regular expression")
-    assert lines[2] == (f"vllm-sentinel rules: rules: {d / 'team.yaml'}: no-ex: examples: "
-                        "Field required")
+    assert lines[0] == (
+        f"vllm-sentinel rules: rules: {d / 'team.yaml'}: "
+        "team-model-cache-readonly: category: unknown category 'disk_full'"
+    )
+    assert lines[1].startswith(
+        f"vllm-sentinel rules: rules: {d / 'team.yaml'}: bad-regex: "
+        "pattern is not a valid regular expression"
+    )
+    assert lines[2] == (
+        f"vllm-sentinel rules: rules: {d / 'team.yaml'}: no-ex: examples: Field required"
+    )
     code, _, err = run("rules", "test", str(tmp_path / "nope"), capsys=capsys)
-    assert code == 2 and err == f"vllm-sentinel rules: rules: {tmp_path / 'nope'}: not a directory\n"
+    assert (
+        code == 2 and err == f"vllm-sentinel rules: rules: {tmp_path / 'nope'}: not a directory\n"
+    )
 
 
-def test_rules_list_shows_where_each_rule_comes_from(tmp_path: Path,
-                                                    capsys: pytest.CaptureFixture) -> None:
+def test_rules_list_shows_where_each_rule_comes_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     d = rules_dir(tmp_path, TEAM_RULE, REPLACEMENT)
     cfg = tmp_path / "sentinel.yaml"
-    cfg.write_text(yaml.safe_dump({"rules": {
-        "dirs": [str(d)], "disabled": ["cuda-out-of-memory"],
-        "overrides": {"kv-cache-no-memory": {"priority": 99}}}}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "rules": {
+                    "dirs": [str(d)],
+                    "disabled": ["cuda-out-of-memory"],
+                    "overrides": {"kv-cache-no-memory": {"priority": 99}},
+                }
+            }
+        )
+    )
     code, out, err = run("rules", "list", "--config", str(cfg), "--json", capsys=capsys)
     assert code == 0
     rows = {r["id"]: r for r in map(json.loads, out.splitlines())}
     assert rows["team-model-cache-readonly"]["status"] == "added"
     assert rows["team-model-cache-readonly"]["source"] == str(d / "team.yaml")
     assert rows["kv-cache-too-small-for-max-len"]["status"] == "replaced"
-    assert rows["kv-cache-no-memory"] | {} == {**rows["kv-cache-no-memory"], "priority": 99,
-                                              "status": "overridden"}
+    assert rows["kv-cache-no-memory"] | {} == {
+        **rows["kv-cache-no-memory"],
+        "priority": 99,
+        "status": "overridden",
+    }
     assert rows["host-oom-killed"]["source"] == "rules/signatures/capacity.yaml"
     assert "cuda-out-of-memory" not in rows
     code, out, err = run("rules", "list", capsys=capsys)
@@ -135,17 +162,26 @@ def test_the_service_uses_the_settings_rules(tmp_path: Path) -> None:
     assert rep["incidents"][0]["remediation"] == REPLACEMENT["remediation"]
     off = Settings(rules={"disabled": ["kv-cache-too-small-for-max-len"]})
     assert ("oom_kv_cache", "kv-cache-too-small-for-max-len") not in verdict(off, kv)
-    tweaked = Settings(rules={"overrides": {"kv-cache-too-small-for-max-len": {
-        "remediation": "Page the capacity team."}}})
+    tweaked = Settings(
+        rules={
+            "overrides": {
+                "kv-cache-too-small-for-max-len": {"remediation": "Page the capacity team."}
+            }
+        }
+    )
     (rep,) = classify_records(kv, Classifier(rulebook_for(tweaked)))
     assert rep["incidents"][0]["remediation"] == "Page the capacity team."
 
 
 def test_overrides_are_validated_as_the_rule_itself() -> None:
     with pytest.raises(RuleLoadError) as err:
-        load_rule_set(overrides={"kv-cache-no-memory": {"category": "disk_full"},
-                                 "no-such-rule": {"priority": 1},
-                                 "host-oom-killed": {"id": "x"}})
+        load_rule_set(
+            overrides={
+                "kv-cache-no-memory": {"category": "disk_full"},
+                "no-such-rule": {"priority": 1},
+                "host-oom-killed": {"id": "x"},
+            }
+        )
     assert err.value.problems == [
         "overrides.kv-cache-no-memory: category: unknown category 'disk_full'",
         "overrides: no rule with id 'no-such-rule'",
@@ -154,15 +190,19 @@ def test_overrides_are_validated_as_the_rule_itself() -> None:
 
 
 def test_serve_and_check_config_refuse_rules_that_fail_their_examples(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     bad = {**TEAM_RULE, "examples": {"match": ["no such line"], "no_match": ["x"]}}
     d = rules_dir(tmp_path, bad)
     db = tmp_path / "never.db"
     cfg = tmp_path / "sentinel.yaml"
-    cfg.write_text(yaml.safe_dump({"store": {"url": f"sqlite:///{db}"},
-                                   "rules": {"dirs": [str(d)]}}))
-    expected = (f"rules: {d / 'team.yaml'}: team-model-cache-readonly: does not match its "
-                "example: no such line")
+    cfg.write_text(
+        yaml.safe_dump({"store": {"url": f"sqlite:///{db}"}, "rules": {"dirs": [str(d)]}})
+    )
+    expected = (
+        f"rules: {d / 'team.yaml'}: team-model-cache-readonly: does not match its "
+        "example: no such line"
+    )
     code, _, err = run("serve", "--config", str(cfg), capsys=capsys)
     assert (code, err) == (2, f"vllm-sentinel serve: {expected}\n")
     assert not db.exists()
@@ -174,8 +214,9 @@ def test_classify_takes_extra_rules(tmp_path: Path, capsys: pytest.CaptureFixtur
     d = rules_dir(tmp_path, TEAM_RULE)
     log = tmp_path / "pod.log"
     log.write_text(READONLY + "\n")
-    code, out, _ = run("classify", "--no-model", "--json", "--rules-dir", str(d), str(log),
-                       capsys=capsys)
+    code, out, _ = run(
+        "classify", "--no-model", "--json", "--rules-dir", str(d), str(log), capsys=capsys
+    )
     assert code == 1
     assert json.loads(out)["incidents"][0]["rule"] == "team-model-cache-readonly"
     assert run_examples(load_rule_set([d]), only_added=True) == []

@@ -30,44 +30,79 @@ def test_every_evidence_example_points_to_its_stage() -> None:
             assert RB.stage_evidence(p.example, None) == stage, p.example
 
 
-@pytest.mark.parametrize("fileinfo, stage", [
-    ("parallel_state.py:1906", "distributed_init"), ("v1/worker/kv_cache_utils.py:12",
-                                                      "kv_cache_init"),
-    ("serving_chat.py:3", "serving"), ("rdma_context.cpp:203", "kv_cache_init"),
-    ("core.py:500", None),
-])
+@pytest.mark.parametrize(
+    "fileinfo, stage",
+    [
+        ("parallel_state.py:1906", "distributed_init"),
+        ("v1/worker/kv_cache_utils.py:12", "kv_cache_init"),
+        ("serving_chat.py:3", "serving"),
+        ("rdma_context.cpp:203", "kv_cache_init"),
+        ("core.py:500", None),
+    ],
+)
 def test_the_logger_file_names_a_stage(fileinfo: str, stage: str | None) -> None:
     assert RB.stage_evidence("something failed", fileinfo) == stage
 
 
-@pytest.mark.parametrize("lines, expected", [
-    # an OOM while serving a request is oom_runtime, not a weights default
-    (["ERROR 08-01 10:00:00 [serving_chat.py:1] Error in chat completion stream generator for "
-      "request_id chatcmpl-5f1e0a9b2c: torch.OutOfMemoryError: CUDA out of memory. Tried to "
-      "allocate 232.00 MiB. GPU 0 has a total capacity of 23.57 GiB of which 154.25 MiB is free."],
-     ("capacity", "oom_runtime", "serving")),
-    # graph capture puts an OOM in kv_cache_init
-    (["Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. "
-      "GPU 7 has a total capacity of 95.00 GiB of which 100.00 MiB is free."],
-     ("capacity", "oom_kv_cache", "kv_cache_init")),
-    # the container runtime refused: that rung, whatever the library
-    (["nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "
-      "cannot open shared object file: no such file or directory: unknown."],
-     ("compatibility", "gpu_not_visible", "container")),
-    # conventions: invalid engine arguments are cuda_init, model resolution is model_load
-    (["ValueError: Total number of attention heads (64) must be divisible by tensor parallel "
-      "size (3)."], ("other", "config_error", "cuda_init")),
-    (["OSError: You are trying to access a gated repo."],
-     ("other", "model_unavailable", "model_load")),
-    # a port conflict in a CI viewer's gutter inside a markdown quote
-    ([">   | [2024-09-05T00:38:34Z] ERROR:    [Errno 98] error while attempting to bind on "
-      "address ('0.0.0.0', 44319): [errno 98] address already in use"],
-     ("other", "config_error", "api_server")),
-])
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        # an OOM while serving a request is oom_runtime, not a weights default
+        (
+            [
+                "ERROR 08-01 10:00:00 [serving_chat.py:1] Error in chat completion stream generator for "
+                "request_id chatcmpl-5f1e0a9b2c: torch.OutOfMemoryError: CUDA out of memory. Tried to "
+                "allocate 232.00 MiB. GPU 0 has a total capacity of 23.57 GiB of which 154.25 MiB is free."
+            ],
+            ("capacity", "oom_runtime", "serving"),
+        ),
+        # graph capture puts an OOM in kv_cache_init
+        (
+            [
+                "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 448.00 MiB. "
+                "GPU 7 has a total capacity of 95.00 GiB of which 100.00 MiB is free."
+            ],
+            ("capacity", "oom_kv_cache", "kv_cache_init"),
+        ),
+        # the container runtime refused: that rung, whatever the library
+        (
+            [
+                "nvidia-container-cli: initialization error: load library failed: libnvidia-ml.so.1: "
+                "cannot open shared object file: no such file or directory: unknown."
+            ],
+            ("compatibility", "gpu_not_visible", "container"),
+        ),
+        # conventions: invalid engine arguments are cuda_init, model resolution is model_load
+        (
+            [
+                "ValueError: Total number of attention heads (64) must be divisible by tensor parallel "
+                "size (3)."
+            ],
+            ("other", "config_error", "cuda_init"),
+        ),
+        (
+            ["OSError: You are trying to access a gated repo."],
+            ("other", "model_unavailable", "model_load"),
+        ),
+        # a port conflict in a CI viewer's gutter inside a markdown quote
+        (
+            [
+                ">   | [2024-09-05T00:38:34Z] ERROR:    [Errno 98] error while attempting to bind on "
+                "address ('0.0.0.0', 44319): [errno 98] address already in use"
+            ],
+            ("other", "config_error", "api_server"),
+        ),
+    ],
+)
 def test_stage_and_category_follow_the_evidence(lines: list[str], expected) -> None:
     assert first(*lines) == expected
 
 
 def test_optional_nccl_library_probes_never_page() -> None:
-    assert first("v100-gpu-1:14926:14926 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open "
-                 "libibverbs.so[.1]") is None
+    assert (
+        first(
+            "v100-gpu-1:14926:14926 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open "
+            "libibverbs.so[.1]"
+        )
+        is None
+    )

@@ -47,8 +47,10 @@ def pg_unavailable() -> str | None:
                 conn.execute("SELECT 1")
             _pg_state["reason"] = None
         except Exception as exc:  # noqa: BLE001 - any failure means "skip"
-            _pg_state["reason"] = (f"PostgreSQL not reachable at {PG_URL} ({exc!s:.120}); "
-                                   "set SENTINEL_TEST_PG_URL or start the server")
+            _pg_state["reason"] = (
+                f"PostgreSQL not reachable at {PG_URL} ({exc!s:.120}); "
+                "set SENTINEL_TEST_PG_URL or start the server"
+            )
     return _pg_state["reason"]
 
 
@@ -87,9 +89,15 @@ def store(db_url: str) -> Iterator[Store]:
     s.close()
 
 
-def kafka_records(path: Path | str, *, stream: str, partition: int = 0, start: int = 0,
-                  topic: str = "vllm-logs", meta: dict[str, Any] | None = None
-                  ) -> list[LogRecord]:
+def kafka_records(
+    path: Path | str,
+    *,
+    stream: str,
+    partition: int = 0,
+    start: int = 0,
+    topic: str = "vllm-logs",
+    meta: dict[str, Any] | None = None,
+) -> list[LogRecord]:
     """A real log as a Kafka consumer would hand it over: one record per offset."""
     out = []
     for i, rec in enumerate(read_files([str(path)])):
@@ -101,8 +109,7 @@ def kafka_records(path: Path | str, *, stream: str, partition: int = 0, start: i
 
 
 def k8s(namespace: str, pod: str, node: str = "gpu-node-1", **labels: str) -> dict[str, Any]:
-    return {"namespace": namespace, "pod": pod, "container": "vllm", "node": node,
-            "labels": labels}
+    return {"namespace": namespace, "pod": pod, "container": "vllm", "node": node, "labels": labels}
 
 
 @functools.cache
@@ -183,8 +190,11 @@ def test_instances_starting_together_migrate_once(db_url: str) -> None:
 
 # ---- incidents, streams, stats -------------------------------------------------------------
 def test_incident_round_trip(store: Store) -> None:
-    recs = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="prod/llama-0/vllm",
-                         meta=k8s("prod", "llama-0", app="llama"))
+    recs = kafka_records(
+        REAL / "kv-cache-too-small.cri.log",
+        stream="prod/llama-0/vllm",
+        meta=k8s("prod", "llama-0", app="llama"),
+    )
     pipeline(store).process(recs, "kafka")
     items, cursor = store.list_incidents()
     assert cursor is None and len(items) == 1
@@ -212,8 +222,10 @@ def test_list_incidents_filters_and_keyset_pagination(store: Store) -> None:
     cases = failing_cases(9)
     for i, log in enumerate(cases):
         ns = "prod" if i % 2 else "staging"
-        p.process(kafka_records(log, stream=f"{ns}/pod-{i}/vllm", partition=i,
-                                meta=k8s(ns, f"pod-{i}")), "kafka")
+        p.process(
+            kafka_records(log, stream=f"{ns}/pod-{i}/vllm", partition=i, meta=k8s(ns, f"pod-{i}")),
+            "kafka",
+        )
     everything, cursor = store.list_incidents(limit=100)
     assert cursor is None and len(everything) >= len(cases)
     keys = [(x["opened_at"] or 0, x["id"]) for x in everything]
@@ -233,8 +245,9 @@ def test_list_incidents_filters_and_keyset_pagination(store: Store) -> None:
     tier = everything[0]["tier"]
     assert all(x["tier"] == tier for x in store.list_incidents(tier=tier)[0])
     newest = everything[0]["opened_at"]
-    assert [x["id"] for x in store.list_incidents(since=newest)[0]] == \
-        [x["id"] for x in everything if x["opened_at"] >= newest]
+    assert [x["id"] for x in store.list_incidents(since=newest)[0]] == [
+        x["id"] for x in everything if x["opened_at"] >= newest
+    ]
     with pytest.raises(ValueError):
         store.list_incidents(cursor="not-a-cursor")
 
@@ -265,10 +278,10 @@ def test_resolve_by_hand_enqueues_one_resolution(store: Store) -> None:
 # ---- silences and feedback -----------------------------------------------------------------
 def test_silences_create_list_expire_delete(store: Store) -> None:
     now = time.time()
-    live = store.create_silence({"namespace": ["prod"], "tier": "capacity"}, now + 60,
-                                "alice", "node drain")
-    store.create_silence({"category": ["oom_runtime"]}, now + 10, "bob", "later",
-                         starts_at=now + 5)
+    live = store.create_silence(
+        {"namespace": ["prod"], "tier": "capacity"}, now + 60, "alice", "node drain"
+    )
+    store.create_silence({"category": ["oom_runtime"]}, now + 10, "bob", "later", starts_at=now + 5)
     store.create_silence({"pod": ["p-*"]}, now - 1, "carol", "over", starts_at=now - 60)
     assert live["matchers"] == {"namespace": ["prod"], "tier": ["capacity"]} and live["active"]
     assert len(store.list_silences()) == 3
@@ -297,7 +310,8 @@ def test_feedback(store: Store) -> None:
 def test_restart_continues_streams_where_they_were(db_url: str) -> None:
     log = REAL / "kv-cache-too-small.cri.log"
     recs = kafka_records(log, stream="ns/p/vllm") + kafka_records(
-        REAL / "healthy-idle-sigint.cri.log", stream="ns/p/vllm", start=10_000)
+        REAL / "healthy-idle-sigint.cri.log", stream="ns/p/vllm", start=10_000
+    )
     half = len(recs) // 3
     a = Store(db_url)
     a.migrate()
@@ -313,29 +327,38 @@ def test_restart_continues_streams_where_they_were(db_url: str) -> None:
     assert [i["id"] for i in items] == ids and items[0]["status"] == "resolved"
     st = b.stream("ns/p/vllm")
     ref = clf.state("ns/p/vllm")
-    assert (st["lines"], st["run"], st["status"], st["stage"]) == \
-        (ref.seq, ref.run, ref.status, ref.stage)
+    assert (st["lines"], st["run"], st["status"], st["stage"]) == (
+        ref.seq,
+        ref.run,
+        ref.status,
+        ref.stage,
+    )
     b.close()
 
 
-def test_commit_batch_latency_500_records(store: Store, capsys: pytest.CaptureFixture[str]
-                                          ) -> None:
-    logs = [REAL / "kv-cache-too-small.cri.log", REAL / "worker-killed-while-serving.cri.log",
-            REAL / "unsupported-cpu-attention-head-dim-16.cri.log"]
+def test_commit_batch_latency_500_records(store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = [
+        REAL / "kv-cache-too-small.cri.log",
+        REAL / "worker-killed-while-serving.cri.log",
+        REAL / "unsupported-cpu-attention-head-dim-16.cri.log",
+    ]
     p = pipeline(store)
     timings = []
     for round_ in range(6):
         recs: list[LogRecord] = []
         for i, log in enumerate(logs):
-            recs += kafka_records(log, stream=f"ns/bench-{round_}-{i}/vllm", partition=round_,
-                                  start=i * 1000)
+            recs += kafka_records(
+                log, stream=f"ns/bench-{round_}-{i}/vllm", partition=round_, start=i * 1000
+            )
         recs = recs[:500]
         assert len(recs) == 500
         p.process(recs, "kafka")
         timings.append(p.last_commit_s)
     med = statistics.median(timings[1:])
     with capsys.disabled():
-        print(f"\n[{store.engine.dialect.name}] commit_batch of 500 records "
-              f"(3 streams, their incidents and outbox events): median {med * 1000:.1f} ms, "
-              f"max {max(timings[1:]) * 1000:.1f} ms")
+        print(
+            f"\n[{store.engine.dialect.name}] commit_batch of 500 records "
+            f"(3 streams, their incidents and outbox events): median {med * 1000:.1f} ms, "
+            f"max {max(timings[1:]) * 1000:.1f} ms"
+        )
     assert med < 2.0

@@ -23,12 +23,18 @@ def make(**kw) -> Classifier:
 def test_idle_streams_are_evicted_and_their_state_comes_back(store: Store) -> None:
     p = Pipeline(store, make, idle_evict_s=60.0)
     kv = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/kv/vllm")
-    healthy = kafka_records(REAL / "healthy-idle-sigint.cri.log", stream="ns/ok/vllm",
-                            partition=1)
+    healthy = kafka_records(REAL / "healthy-idle-sigint.cri.log", stream="ns/ok/vllm", partition=1)
     p.process(kv, "kafka")
     p.process(healthy, "kafka")
-    starting = [LogRecord("ns/new/vllm", "INFO 01-01 00:00:00 [api_server.py:1] vLLM API "
-                          "server version 0.11.0", None, {}, None)]
+    starting = [
+        LogRecord(
+            "ns/new/vllm",
+            "INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.11.0",
+            None,
+            {},
+            None,
+        )
+    ]
     p.process(starting, "http")
     before = {k: p.classifier.streams[k].to_dict() for k in ("ns/kv/vllm", "ns/ok/vllm")}
     incident = p.classifier.streams["ns/kv/vllm"].incidents[0].id
@@ -41,8 +47,18 @@ def test_idle_streams_are_evicted_and_their_state_comes_back(store: Store) -> No
     # the next line of the failed stream continues its stored state and incident
     st = p.classifier.state("ns/kv/vllm")
     assert st.to_dict()["incidents"] == before["ns/kv/vllm"]["incidents"]
-    p.process([LogRecord("ns/kv/vllm", "ERROR 01-01 00:00:01 [core.py:1] EngineCore failed "
-                         "to start.", None, {}, None)], "http")
+    p.process(
+        [
+            LogRecord(
+                "ns/kv/vllm",
+                "ERROR 01-01 00:00:01 [core.py:1] EngineCore failed to start.",
+                None,
+                {},
+                None,
+            )
+        ],
+        "http",
+    )
     assert p.classifier.streams["ns/kv/vllm"].incidents[0].id == incident
     assert p.counters["evicted"] == 3
 
@@ -50,8 +66,18 @@ def test_idle_streams_are_evicted_and_their_state_comes_back(store: Store) -> No
 def test_the_in_memory_cap_holds(store: Store) -> None:
     p = Pipeline(store, make, max_streams=5)
     for i in range(12):
-        p.process([LogRecord(f"ns/p{i}/vllm", "INFO 01-01 00:00:00 [api_server.py:1] vLLM API "
-                             "server version 0.11.0", None, {}, None)], "http")
+        p.process(
+            [
+                LogRecord(
+                    f"ns/p{i}/vllm",
+                    "INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.11.0",
+                    None,
+                    {},
+                    None,
+                )
+            ],
+            "http",
+        )
     assert sorted(p.classifier.streams) == sorted(f"ns/p{i}/vllm" for i in range(7, 12))
 
 

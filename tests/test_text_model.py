@@ -117,7 +117,9 @@ def test_a_pickle_in_place_of_the_artifact_is_never_unpickled(tmp_path):
 
 
 def test_prediction_is_a_small_frozen_dataclass(model):
-    pred = model.predict("RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)")
+    pred = model.predict(
+        "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    )
     assert isinstance(pred, Prediction)
     assert pred.tier == CATEGORY_TIER[pred.category]
     assert 0.0 <= pred.probability <= 1.0
@@ -132,7 +134,9 @@ NONSENSE = [
         "FATAL: banana slicer misaligned by 3 degrees",
         marks=pytest.mark.xfail(
             reason="known limitation: plain English with no failure vocabulary leans "
-                   "'healthy' (vLLM's own INFO prose dominates that class)", strict=False),
+            "'healthy' (vLLM's own INFO prose dominates that class)",
+            strict=False,
+        ),
     ),
     "ERROR: quantum entanglement of the coffee machine detected",
     "Exception: unicorn stable is out of hay",
@@ -179,7 +183,7 @@ SCARY_BUT_BENIGN = [
     "ib0:10.10.1.12<0>",
     "Reducing Torch parallelism from 32 threads to 1 to avoid unnecessary CPU contention. Set "
     "OMP_NUM_THREADS in the external environment to tune this value as needed.",
-    "INFO:     10.0.0.12:40112 - \"POST /v1/completions HTTP/1.1\" 200 OK",
+    'INFO:     10.0.0.12:40112 - "POST /v1/completions HTTP/1.1" 200 OK',
     "Engine 000: Avg prompt throughput: 812.4 tokens/s, Avg generation throughput: 95.1 "
     "tokens/s, Running: 7 reqs, Waiting: 0 reqs, GPU KV cache usage: 61.0%, Prefix cache hit "
     "rate: 45.2%",
@@ -208,92 +212,141 @@ UNSEEN = [
         "older than the CUDA runtime library.",
         marks=pytest.mark.xfail(
             reason="CUDA's own description of error 35 shares its words with 'no driver "
-                   "found' (gpu_not_visible); the model splits and abstains", strict=False),
+            "found' (gpu_not_visible); the model splits and abstains",
+            strict=False,
+        ),
     ),
-    ("driver_incompatible",
-     "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 803: system has "
-     "unsupported display driver / cuda driver combination (CUDA forward-compat libraries "
-     "shadow the host driver)"),
-    ("driver_incompatible",
-     "RuntimeError: The NVIDIA driver on your system is too old (found version 12020). Please "
-     "update your GPU driver, the CUDA runtime bundled in this image needs a newer one."),
-    ("gpu_not_visible",
-     "RuntimeError: No CUDA GPUs are available in this container (NVIDIA_VISIBLE_DEVICES is "
-     "empty)"),
-    ("gpu_not_visible",
-     "OSError: libcuda.so.1: cannot open shared object file: No such file or directory "
-     "(is the NVIDIA container runtime configured?)"),
-    ("arch_unsupported",
-     "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the "
-     "device (this wheel was built for sm_80 sm_90 only)"),
-    ("arch_unsupported",
-     "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
-     "Your Quadro RTX 6000 GPU has compute capability 7.5."),
-    ("library_mismatch",
-     "ImportError: /opt/venv/lib/python3.12/site-packages/vllm/_moe_C.abi3.so: undefined "
-     "symbol: _ZN3c1013MessageLoggerC1EPKciib"),
-    ("library_mismatch",
-     "Failed to import from vllm._C with ImportError('/opt/venv/lib/python3.12/site-packages/"
-     "vllm/_C.abi3.so: undefined symbol: _ZNK3c1010TensorImpl4sizeEl')"),
-    ("nccl_error",
-     "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 3. Original "
-     "reason for failure was: NCCL error: unhandled system error"),
-    ("nccl_error",
-     "RuntimeError: NCCL error: unhandled cuda error, NCCL version 2.27.5 (run with "
-     "NCCL_DEBUG=INFO for details)"),
-    ("mlx5_registration",
-     "worker-3:1201:1288 [5] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed "
-     "with error Bad address"),
-    ("mlx5_registration",
-     "UCX  ERROR ibv_reg_mr(address=0x7f0000000000, length=1073741824, access=0xf) failed: "
-     "Cannot allocate memory : Please set max locked memory (ulimit -l) to 'unlimited'"),
-    ("internode_network",
-     "torch.distributed.DistNetworkError: The client socket has timed out after 1800s while "
-     "trying to connect to (head-node.svc.cluster.local, 29501)."),
-    ("internode_network",
-     "RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/"
-     "tcp/pair.cc:446] Connection refused"),
-    ("backend_kernel",
-     "RuntimeError: DeepEP error: timeout (combine CPU)"),
-    ("backend_kernel",
-     "RuntimeError: FlashInfer JIT: Ninja build failed while compiling batch_decode_with_kv_cache "
-     "for head_dim 96"),
-    ("oom_weights",
-     "Traceback (most recent call last):\n"
-     '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/model_loader/'
-     'default_loader.py", line 291, in load_weights\n'
-     "    loaded_weights = model.load_weights(\n"
-     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 2 has a total "
-     "capacity of 44.40 GiB of which 1.10 GiB is free."),
-    ("oom_kv_cache",
-     "ValueError: To serve at least one request with the models's max seq len (262144), "
-     "(24.00 GiB KV cache is needed, which is larger than the available KV cache memory "
-     "(11.57 GiB). Based on the available memory, the estimated maximum model length is 126336."),
-    ("oom_runtime",
-     "Traceback (most recent call last):\n"
-     '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", '
-     "line 1911, in execute_model\n"
-     "    model_output = self.model(\n"
-     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
-     "capacity of 79.19 GiB of which 1.54 GiB is free."),
-    ("host_memory",
-     "Fatal Python error: Bus error\n\nThread 0x00007f2d5c7fe640 (most recent call first):"),
-    ("host_memory",
-     "node7:5121:5190 [2] misc/shmutils.cc:87 NCCL WARN Error: failed to extend "
-     "/dev/shm/nccl-Zq81 to 12582912 bytes, error: No space left on device (28) - increase "
-     "--shm-size"),
-    ("config_error",
-     "vllm serve: error: argument --gpu-memory-utilization: invalid float value: 'high'"),
-    ("config_error",
-     "ValueError: Total number of attention heads (28) must be divisible by tensor parallel "
-     "size (8) for model Qwen/Qwen2.5-7B-Instruct."),
-    ("model_unavailable",
-     "OSError: mistralai/Mistral-Large-3 is not a local folder and is not a valid model "
-     "identifier listed on 'https://huggingface.co/models'"),
-    ("model_unavailable",
-     "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url "
-     "https://huggingface.co/google/gemma-3-27b-it/resolve/main/config.json. Access to model "
-     "google/gemma-3-27b-it is restricted."),
+    (
+        "driver_incompatible",
+        "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 803: system has "
+        "unsupported display driver / cuda driver combination (CUDA forward-compat libraries "
+        "shadow the host driver)",
+    ),
+    (
+        "driver_incompatible",
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 12020). Please "
+        "update your GPU driver, the CUDA runtime bundled in this image needs a newer one.",
+    ),
+    (
+        "gpu_not_visible",
+        "RuntimeError: No CUDA GPUs are available in this container (NVIDIA_VISIBLE_DEVICES is "
+        "empty)",
+    ),
+    (
+        "gpu_not_visible",
+        "OSError: libcuda.so.1: cannot open shared object file: No such file or directory "
+        "(is the NVIDIA container runtime configured?)",
+    ),
+    (
+        "arch_unsupported",
+        "torch.AcceleratorError: CUDA error: no kernel image is available for execution on the "
+        "device (this wheel was built for sm_80 sm_90 only)",
+    ),
+    (
+        "arch_unsupported",
+        "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+        "Your Quadro RTX 6000 GPU has compute capability 7.5.",
+    ),
+    (
+        "library_mismatch",
+        "ImportError: /opt/venv/lib/python3.12/site-packages/vllm/_moe_C.abi3.so: undefined "
+        "symbol: _ZN3c1013MessageLoggerC1EPKciib",
+    ),
+    (
+        "library_mismatch",
+        "Failed to import from vllm._C with ImportError('/opt/venv/lib/python3.12/site-packages/"
+        "vllm/_C.abi3.so: undefined symbol: _ZNK3c1010TensorImpl4sizeEl')",
+    ),
+    (
+        "nccl_error",
+        "torch.distributed.DistBackendError: NCCL communicator was aborted on rank 3. Original "
+        "reason for failure was: NCCL error: unhandled system error",
+    ),
+    (
+        "nccl_error",
+        "RuntimeError: NCCL error: unhandled cuda error, NCCL version 2.27.5 (run with "
+        "NCCL_DEBUG=INFO for details)",
+    ),
+    (
+        "mlx5_registration",
+        "worker-3:1201:1288 [5] misc/ibvwrap.cc:203 NCCL WARN Call to ibv_reg_mr_iova2 failed "
+        "with error Bad address",
+    ),
+    (
+        "mlx5_registration",
+        "UCX  ERROR ibv_reg_mr(address=0x7f0000000000, length=1073741824, access=0xf) failed: "
+        "Cannot allocate memory : Please set max locked memory (ulimit -l) to 'unlimited'",
+    ),
+    (
+        "internode_network",
+        "torch.distributed.DistNetworkError: The client socket has timed out after 1800s while "
+        "trying to connect to (head-node.svc.cluster.local, 29501).",
+    ),
+    (
+        "internode_network",
+        "RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/"
+        "tcp/pair.cc:446] Connection refused",
+    ),
+    ("backend_kernel", "RuntimeError: DeepEP error: timeout (combine CPU)"),
+    (
+        "backend_kernel",
+        "RuntimeError: FlashInfer JIT: Ninja build failed while compiling batch_decode_with_kv_cache "
+        "for head_dim 96",
+    ),
+    (
+        "oom_weights",
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/model_loader/'
+        'default_loader.py", line 291, in load_weights\n'
+        "    loaded_weights = model.load_weights(\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB. GPU 2 has a total "
+        "capacity of 44.40 GiB of which 1.10 GiB is free.",
+    ),
+    (
+        "oom_kv_cache",
+        "ValueError: To serve at least one request with the models's max seq len (262144), "
+        "(24.00 GiB KV cache is needed, which is larger than the available KV cache memory "
+        "(11.57 GiB). Based on the available memory, the estimated maximum model length is 126336.",
+    ),
+    (
+        "oom_runtime",
+        "Traceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", '
+        "line 1911, in execute_model\n"
+        "    model_output = self.model(\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+        "capacity of 79.19 GiB of which 1.54 GiB is free.",
+    ),
+    (
+        "host_memory",
+        "Fatal Python error: Bus error\n\nThread 0x00007f2d5c7fe640 (most recent call first):",
+    ),
+    (
+        "host_memory",
+        "node7:5121:5190 [2] misc/shmutils.cc:87 NCCL WARN Error: failed to extend "
+        "/dev/shm/nccl-Zq81 to 12582912 bytes, error: No space left on device (28) - increase "
+        "--shm-size",
+    ),
+    (
+        "config_error",
+        "vllm serve: error: argument --gpu-memory-utilization: invalid float value: 'high'",
+    ),
+    (
+        "config_error",
+        "ValueError: Total number of attention heads (28) must be divisible by tensor parallel "
+        "size (8) for model Qwen/Qwen2.5-7B-Instruct.",
+    ),
+    (
+        "model_unavailable",
+        "OSError: mistralai/Mistral-Large-3 is not a local folder and is not a valid model "
+        "identifier listed on 'https://huggingface.co/models'",
+    ),
+    (
+        "model_unavailable",
+        "huggingface_hub.errors.GatedRepoError: 403 Client Error. Cannot access gated repo for url "
+        "https://huggingface.co/google/gemma-3-27b-it/resolve/main/config.json. Access to model "
+        "google/gemma-3-27b-it is restricted.",
+    ),
 ]
 
 

@@ -15,8 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "training_data"
 
 # a small, fast recipe: the behaviour under test is the procedure, not the quality
-SMALL = {"test_folds": 3, "calibration_folds": 2, "max_features_word": 3000,
-         "max_features_char": 6000, "max_features_context": 2000}
+SMALL = {
+    "test_folds": 3,
+    "calibration_folds": 2,
+    "max_features_word": 3000,
+    "max_features_char": 6000,
+    "max_features_context": 2000,
+}
 
 
 def _rows(path: Path) -> list[dict]:
@@ -56,13 +61,23 @@ def test_same_seed_same_scores_and_artifact(tmp_path):
     assert a["class_thresholds"] == b["class_thresholds"]
     assert a["sha256"] == b["sha256"]
     assert (tmp_path / "a" / "text_model.npz").read_bytes() == (
-        tmp_path / "b" / "text_model.npz").read_bytes()
+        tmp_path / "b" / "text_model.npz"
+    ).read_bytes()
 
 
 def test_trained_artifact_loads_and_documents_itself(tmp_path):
     m = training.train(DATA, tmp_path, seed=0, config=SMALL, quiet=True, max_examples=450)
-    for key in ("sha256", "classes", "threshold", "class_thresholds", "versions", "data",
-                "scores", "seed", "config"):
+    for key in (
+        "sha256",
+        "classes",
+        "threshold",
+        "class_thresholds",
+        "versions",
+        "data",
+        "scores",
+        "seed",
+        "config",
+    ):
         assert key in m
     assert "sklearn" in m["versions"]
     assert set(m["scores"]["per_class"]) == set(m["classes"])
@@ -70,8 +85,9 @@ def test_trained_artifact_loads_and_documents_itself(tmp_path):
     assert "Held-out evaluation" in card and "Confusion matrix" in card
     assert "python -m service.classify.training" in card
     model = TextModel.load(tmp_path)
-    pred = model.predict("RuntimeError: NCCL error: unhandled system error (run with "
-                         "NCCL_DEBUG=INFO for details)")
+    pred = model.predict(
+        "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    )
     assert pred.category in (*m["classes"], "unknown")
 
 
@@ -88,8 +104,11 @@ def _tiny_dataset(tmp_path: Path) -> Path:
             for r in rs:
                 fh.write(json.dumps(r) + "\n")
     (data / "ood.jsonl").write_text(
-        json.dumps({"text": "KeyError: 'user_id'", "category": "unknown", "family": "o1",
-                    "source": "test"}) + "\n")
+        json.dumps(
+            {"text": "KeyError: 'user_id'", "category": "unknown", "family": "o1", "source": "test"}
+        )
+        + "\n"
+    )
     return data
 
 
@@ -97,12 +116,21 @@ def test_cli_trains_with_feedback(tmp_path, capsys):
     data = _tiny_dataset(tmp_path)
     feedback = tmp_path / "corrections.jsonl"
     feedback.write_text(
-        json.dumps({"text": "RuntimeError: NCCL error: remote process exited or there was a "
-                    "network error", "category": "nccl_error"}) + "\n"
-        + json.dumps({"text": "ERROR: printer on fire", "category": "unknown"}) + "\n")
+        json.dumps(
+            {
+                "text": "RuntimeError: NCCL error: remote process exited or there was a "
+                "network error",
+                "category": "nccl_error",
+            }
+        )
+        + "\n"
+        + json.dumps({"text": "ERROR: printer on fire", "category": "unknown"})
+        + "\n"
+    )
     out = tmp_path / "models"
-    rc = training.main(["--data", str(data), "--out", str(out), "--seed", "1",
-                        "--with-feedback", str(feedback)])
+    rc = training.main(
+        ["--data", str(data), "--out", str(out), "--seed", "1", "--with-feedback", str(feedback)]
+    )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert 0.0 <= summary["macro_f1"] <= 1.0
@@ -115,16 +143,26 @@ def test_cli_trains_with_feedback(tmp_path, capsys):
 def test_cli_reports_bad_labels(tmp_path):
     data = tmp_path / "bad"
     data.mkdir()
-    (data / "x.jsonl").write_text(json.dumps({"text": "x", "category": "gpu_on_fire",
-                                              "family": "f", "source": "s"}) + "\n")
+    (data / "x.jsonl").write_text(
+        json.dumps({"text": "x", "category": "gpu_on_fire", "family": "f", "source": "s"}) + "\n"
+    )
     assert training.main(["--data", str(data), "--out", str(tmp_path / "o"), "--quiet"]) == 2
 
 
 def test_tier_must_match_category(tmp_path):
     data = tmp_path / "bad"
     data.mkdir()
-    (data / "x.jsonl").write_text(json.dumps({"text": "x", "category": "nccl_error",
-                                              "tier": "capacity", "family": "f",
-                                              "source": "s"}) + "\n")
+    (data / "x.jsonl").write_text(
+        json.dumps(
+            {
+                "text": "x",
+                "category": "nccl_error",
+                "tier": "capacity",
+                "family": "f",
+                "source": "s",
+            }
+        )
+        + "\n"
+    )
     with pytest.raises(ValueError, match="tier"):
         training.load_examples(data)

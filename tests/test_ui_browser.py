@@ -41,8 +41,10 @@ from tests.receiver import Receiver
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is missing (Debian package 'chromium'; .ci/run installs it)",
-                allow_module_level=True)
+    pytest.skip(
+        f"{CHROMIUM} is missing (Debian package 'chromium'; .ci/run installs it)",
+        allow_module_level=True,
+    )
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
@@ -68,12 +70,14 @@ class Env:
         self.base = f"http://127.0.0.1:{svc.api_port}"
 
     def post(self, records: list[dict[str, Any]]) -> None:
-        r = self.svc.http.post("/ingest", content=json.dumps(records).encode(), headers={
-            "Content-Type": "application/json", **self.svc.headers()})
+        r = self.svc.http.post(
+            "/ingest",
+            content=json.dumps(records).encode(),
+            headers={"Content-Type": "application/json", **self.svc.headers()},
+        )
         assert r.status_code == 200, r.text
 
-    def ingest(self, log: Path, ns: str, pod: str, node: str, *,
-               end: float | None = None) -> None:
+    def ingest(self, log: Path, ns: str, pod: str, node: str, *, end: float | None = None) -> None:
         self.post(fluent_bit_records(log, ns, pod, node=node, end=end))
 
     def incident(self, **params: str) -> dict[str, Any]:
@@ -85,8 +89,7 @@ class Env:
         wait_until(self.db.settled, 30, "every notification settled")
 
     def paged(self, incident_id: str) -> list[dict[str, Any]]:
-        return [r.json() for r in self.rx.accepted()
-                if r.json()["incident"]["id"] == incident_id]
+        return [r.json() for r in self.rx.accepted() if r.json()["incident"]["id"] == incident_id]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +97,18 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     work = tmp_path_factory.mktemp("ui-e2e")
     url = f"sqlite:///{work / 'sentinel.db'}"
     with Receiver() as rx:
-        svc = Sentinel(work, "ui", service_config(
-            store_url=url, api_port=free_port(), token=TOKEN, receivers=[webhook(rx.url)],
-            notify={"group_wait_s": 0.2}, fleet={"hold_s": 1.0, "threshold": 3,
-                                                 "window_s": 900}))
+        svc = Sentinel(
+            work,
+            "ui",
+            service_config(
+                store_url=url,
+                api_port=free_port(),
+                token=TOKEN,
+                receivers=[webhook(rx.url)],
+                notify={"group_wait_s": 0.2},
+                fleet={"hold_s": 1.0, "threshold": 3, "window_s": 900},
+            ),
+        )
         db = Db(url)
         try:
             svc.start().wait_ready(60)
@@ -109,14 +120,30 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
             e.ingest(WEIGHTS_MISSING, "llm-dev", "phi-3-0", "gpu-l4-2", end=now - 600)
             e.ingest(TP2_SHM, "llm-batch", "granite-tp2-0", "gpu-a100-5", end=now - 200)
             for i in range(3):  # one Deployment on three nodes with a too-old driver: a fleet
-                e.ingest(DRIVER_TOO_OLD, "llm-prod", f"kimi-k3-6f7c9d8b4-{'abc'[i]}x7n",
-                         f"gpu-b300-{17 + i}", end=now - 60 + i)
+                e.ingest(
+                    DRIVER_TOO_OLD,
+                    "llm-prod",
+                    f"kimi-k3-6f7c9d8b4-{'abc'[i]}x7n",
+                    f"gpu-b300-{17 + i}",
+                    end=now - 60 + i,
+                )
             e.post(serving_records("llm-prod", "llama-8b-serving-0", 400))
             recs = fluent_bit_records(HEALTHY, "llm-dev", "gemma-2b-0", node="gpu-l4-3")
-            e.post(recs[: next(i for i, r in enumerate(recs) if "Loading weights" in r["log"]
-                                or "load_model" in r["log"]) + 1])  # still starting
-            wait_until(lambda: any(i["id"].startswith("fleet-") for i in svc.incidents()),
-                       30, "the fleet incident")
+            e.post(
+                recs[
+                    : next(
+                        i
+                        for i, r in enumerate(recs)
+                        if "Loading weights" in r["log"] or "load_model" in r["log"]
+                    )
+                    + 1
+                ]
+            )  # still starting
+            wait_until(
+                lambda: any(i["id"].startswith("fleet-") for i in svc.incidents()),
+                30,
+                "the fleet incident",
+            )
             e.settled()
             yield e
         finally:
@@ -172,7 +199,8 @@ def test_list_filters_counts_and_refreshes_itself(env: Env, page: Page) -> None:
     page.fill("#f-namespace", "llm-prod")
     page.click("form.filters button[type=submit]")
     assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.id)")) == sorted(
-        i["id"] for i in env.svc.incidents(tier="capacity", namespace="llm-prod"))
+        i["id"] for i in env.svc.incidents(tier="capacity", namespace="llm-prod")
+    )
     # a count chip is a filter too
     page.goto(env.base + "/ui/incidents")
     page.click(".counts a.chip.tier-compatibility")
@@ -204,7 +232,10 @@ def test_detail_shows_the_failed_rung_and_the_whole_root_cause(env: Env, page: P
     expect(failed).to_contain_text("failed here")
     passed = page.locator(".ladder .rung-passed")
     assert passed.evaluate_all("rs => rs.map(r => r.dataset.stage)") == [
-        "cuda_init", "distributed_init", "model_load"]
+        "cuda_init",
+        "distributed_init",
+        "model_load",
+    ]
     for i in range(passed.count()):
         expect(passed.nth(i).locator(".rung-time")).to_contain_text("UTC")
     expect(page.locator(".ladder .rung-not-reached")).to_have_count(2)  # api_server, serving
@@ -213,20 +244,21 @@ def test_detail_shows_the_failed_rung_and_the_whole_root_cause(env: Env, page: P
     expect(page.locator("#deliveries-h + h3")).to_contain_text("oncall")
     expect(page.locator("table.deliveries")).to_contain_text("sent")
     expect(page.locator("section[aria-labelledby=playbook-h]")).to_contain_text(
-        "model-serving team")
+        "model-serving team"
+    )
     shot(page, "incident")
 
     fleet = next(i for i in env.svc.incidents() if i["id"].startswith("fleet-"))
     page.goto(env.base + f"/ui/incidents/{fleet['id']}")
-    expect(page.locator(".ladder .rung-failed")).to_have_attribute("data-stage",
-                                                                    fleet["stage"])
+    expect(page.locator(".ladder .rung-failed")).to_have_attribute("data-stage", fleet["stage"])
     expect(page.locator("section[aria-labelledby=fleet-h] tbody tr")).to_have_count(3)
     expect(page.locator(".explain")).to_be_visible()  # the compatibility explanation
 
 
 # ---- silences -------------------------------------------------------------------------------
 def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
-        env: Env, page: Page) -> None:
+    env: Env, page: Page
+) -> None:
     env.ingest(KV, "llm-silence", "llama-0", "gpu-a100-9")
     first = env.incident(namespace="llm-silence")
     wait_until(lambda: env.paged(first["id"]), 20, "the first page")
@@ -257,12 +289,12 @@ def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
 
     # the next matching failure is recorded but does not page
     env.ingest(KV, "llm-silence", "mistral-0", "gpu-a100-8")  # another workload, same failure
-    second = next(i for i in env.svc.incidents(namespace="llm-silence")
-                  if i["id"] != first["id"])
+    second = next(i for i in env.svc.incidents(namespace="llm-silence") if i["id"] != first["id"])
     env.settled()
     assert env.paged(second["id"]) == []
-    assert env.db.rows("SELECT status FROM deliveries WHERE incident_id = :i",
-                       i=second["id"]) == [{"status": "silenced"}]
+    assert env.db.rows("SELECT status FROM deliveries WHERE incident_id = :i", i=second["id"]) == [
+        {"status": "silenced"}
+    ]
     page.goto(env.base + f"/ui/incidents/{second['id']}")
     expect(page.locator("table.deliveries")).to_contain_text("silenced")
     page.goto(env.base + "/ui/silences")
@@ -284,33 +316,35 @@ def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
     expect(page.locator("p.notice")).to_contain_text("Incident resolved")
     after = env.svc.http.get(f"/incidents/{second['id']}").json()
     assert after["status"] == "resolved" and after["resolution"] == "max-model-len lowered"
-    assert [(f["correct"], f["category"]) for f in after["feedback"]] == [
-        (False, "oom_runtime")]
+    assert [(f["correct"], f["category"]) for f in after["feedback"]] == [(False, "oom_runtime")]
 
 
 # ---- paste a log ----------------------------------------------------------------------------
 def test_paste_a_log_gives_the_same_verdict_as_the_api(env: Env, page: Page) -> None:
     text = UNSUPPORTED_ARCH.read_text()
-    api = env.svc.http.post("/classify", content=text.encode(),
-                            headers={"Content-Type": "text/plain"}).json()["primary"]
+    api = env.svc.http.post(
+        "/classify", content=text.encode(), headers={"Content-Type": "text/plain"}
+    ).json()["primary"]
     page.goto(env.base + "/ui/classify")
     page.fill("#log", text)
     page.click("form.paste button[type=submit]")
     expect(page.locator("#verdict")).to_have_text(
-        f"{api['tier']} / {api['category']} at {api['stage']}")
+        f"{api['tier']} / {api['category']} at {api['stage']}"
+    )
     expect(page.locator("#result pre.rootcause").first).to_have_text(api["line"])
-    expect(page.locator("#result .rung-failed").first).to_have_attribute("data-stage",
-                                                                          api["stage"])
+    expect(page.locator("#result .rung-failed").first).to_have_attribute("data-stage", api["stage"])
     page.locator("#result").scroll_into_view_if_needed()
     shot(page, "classify")
     # the same log as a file (CRI envelope)
-    cri = env.svc.http.post("/classify", content=KV.read_bytes(),
-                            headers={"Content-Type": "text/plain"}).json()["primary"]
+    cri = env.svc.http.post(
+        "/classify", content=KV.read_bytes(), headers={"Content-Type": "text/plain"}
+    ).json()["primary"]
     page.goto(env.base + "/ui/classify")
     page.set_input_files("#file", str(KV))
     page.click("form.paste button[type=submit]")
     expect(page.locator("#verdict")).to_have_text(
-        f"{cri['tier']} / {cri['category']} at {cri['stage']}")
+        f"{cri['tier']} / {cri['category']} at {cri['stage']}"
+    )
 
 
 # ---- fleets, streams, API docs --------------------------------------------------------------
@@ -333,11 +367,18 @@ def test_fleets_and_streams(env: Env, page: Page) -> None:
 
 def test_api_docs_load_without_leaving_the_service(env: Env, page: Page) -> None:
     foreign: list[str] = []
-    page.on("request", lambda r: None if r.url.startswith(env.base) or r.url.startswith(
-        "data:") else foreign.append(r.url))
+    page.on(
+        "request",
+        lambda r: (
+            None
+            if r.url.startswith(env.base) or r.url.startswith("data:")
+            else foreign.append(r.url)
+        ),
+    )
     page.goto(env.base + "/docs")
-    expect(page.locator(".swagger-ui .info .title")).to_contain_text("vllm-sentinel",
-                                                                     timeout=15_000)
+    expect(page.locator(".swagger-ui .info .title")).to_contain_text(
+        "vllm-sentinel", timeout=15_000
+    )
     expect(page.locator(".opblock-summary-path").first).to_be_visible()
     assert foreign == []
 
@@ -354,10 +395,15 @@ def test_every_page_reads_without_javascript(env: Env, browser: Browser) -> None
         stages = page.locator("tr.inc td:nth-child(3)").all_inner_texts()
         assert stages and set(stages) == {"kv_cache_init"}
         page.locator("a.inc-link").first.click()
-        expect(page.locator(".ladder .rung-failed")).to_have_attribute("data-stage",
-                                                                        "kv_cache_init")
-        for path, what in (("/ui/fleets", "article.fleet"), ("/ui/streams", "table.streams"),
-                           ("/ui/silences", "#new-silence"), ("/ui/classify", "#log")):
+        expect(page.locator(".ladder .rung-failed")).to_have_attribute(
+            "data-stage", "kv_cache_init"
+        )
+        for path, what in (
+            ("/ui/fleets", "article.fleet"),
+            ("/ui/streams", "table.streams"),
+            ("/ui/silences", "#new-silence"),
+            ("/ui/classify", "#log"),
+        ):
             page.goto(env.base + path)
             expect(page.locator(what).first).to_be_visible()
         page.goto(env.base + "/ui/classify")
@@ -385,9 +431,18 @@ def test_no_serious_accessibility_violation_on_any_page(env: Env, browser: Brows
     page = ctx.new_page()
     kv = env.incident(namespace="llm-prod", category="oom_kv_cache")
     fleet = next(i for i in env.svc.incidents() if i["id"].startswith("fleet-"))
-    pages = ["/ui/", "/ui/incidents?tier=capacity&range=24h", f"/ui/incidents/{kv['id']}",
-             f"/ui/incidents/{fleet['id']}", "/ui/fleets", "/ui/streams", "/ui/silences",
-             f"/ui/silences?incident={kv['id']}", "/ui/classify", "/ui/login"]
+    pages = [
+        "/ui/",
+        "/ui/incidents?tier=capacity&range=24h",
+        f"/ui/incidents/{kv['id']}",
+        f"/ui/incidents/{fleet['id']}",
+        "/ui/fleets",
+        "/ui/streams",
+        "/ui/silences",
+        f"/ui/silences?incident={kv['id']}",
+        "/ui/classify",
+        "/ui/login",
+    ]
     found: dict[str, list[dict[str, Any]]] = {}
     for path in pages:
         page.goto(env.base + path)
@@ -398,8 +453,9 @@ def test_no_serious_accessibility_violation_on_any_page(env: Env, browser: Brows
     expect(page.locator("#verdict")).to_be_visible()
     found["/ui/classify (result)"] = axe_violations(page)
     ctx.close()
-    serious = {p: [v for v in vs if v["impact"] in ("serious", "critical")]
-               for p, vs in found.items()}
+    serious = {
+        p: [v for v in vs if v["impact"] in ("serious", "critical")] for p, vs in found.items()
+    }
     serious = {p: vs for p, vs in serious.items() if vs}
     assert not serious, json.dumps(serious, indent=1)
     print("axe:", {p: [v["id"] for v in vs] for p, vs in found.items()})

@@ -34,22 +34,34 @@ TEXT = ROOT / "tests" / "fixtures" / "real"
 JSON_DIR = ROOT / "tests" / "fixtures" / "real-json"
 CASES = sorted(p.name[: -len(".meta.json")] for p in JSON_DIR.glob("*.meta.json"))
 RB = RuleBook()
-K8S = {"pod_name": "vllm-qwen-0", "namespace_name": "ml", "container_name": "vllm",
-       "docker_id": "d" * 64, "host": "gpu-node-3", "container_image": "vllm/vllm-openai:v0.32.0"}
+K8S = {
+    "pod_name": "vllm-qwen-0",
+    "namespace_name": "ml",
+    "container_name": "vllm",
+    "docker_id": "d" * 64,
+    "host": "gpu-node-3",
+    "container_image": "vllm/vllm-openai:v0.32.0",
+}
 
 RECORD = {
-    "asctime": "2026-12-03 12:14:43,802", "levelname": "ERROR", "name": "vllm.v1.engine.core",
-    "processName": "EngineCore", "process": 8466, "message": "EngineCore failed to start.",
+    "asctime": "2026-12-03 12:14:43,802",
+    "levelname": "ERROR",
+    "name": "vllm.v1.engine.core",
+    "processName": "EngineCore",
+    "process": 8466,
+    "message": "EngineCore failed to start.",
     "exc_info": 'Traceback (most recent call last):\n  File "/x/vllm/v1/engine/core.py", line '
-                "1482, in run_engine_core\n    engine_core = EngineCoreProc(*args)\n"
-                "ValueError: No available memory for the cache blocks.",
+    "1482, in run_engine_core\n    engine_core = EngineCoreProc(*args)\n"
+    "ValueError: No available memory for the cache blocks.",
     "vllm_process_name": "EngineCore",
 }
 
 
 def summary(rep: dict[str, Any]) -> dict[str, Any]:
     return {
-        "status": rep["status"], "stage": rep["stage"], "timeline": sorted(rep["timeline"]),
+        "status": rep["status"],
+        "stage": rep["stage"],
+        "timeline": sorted(rep["timeline"]),
         "incidents": [(i["tier"], i["category"], i["stage"]) for i in rep["incidents"]],
         "warnings": [(i["category"], i["rule"]) for i in rep["warnings"]],
     }
@@ -83,21 +95,35 @@ def test_a_record_becomes_the_lines_the_text_formatter_prints() -> None:
 
 
 def test_uvicorn_records_print_as_uvicorn_does() -> None:
-    rec = {"asctime": "2026-12-03 12:16:43,400", "levelname": "INFO", "name": "uvicorn.error",
-           "processName": "MainProcess", "process": 11746,
-           "message": "Application startup complete.", "vllm_process_name": "APIServer"}
+    rec = {
+        "asctime": "2026-12-03 12:16:43,400",
+        "levelname": "INFO",
+        "name": "uvicorn.error",
+        "processName": "MainProcess",
+        "process": 11746,
+        "message": "Application startup complete.",
+        "vllm_process_name": "APIServer",
+    }
     (line,) = vllm_json_lines(rec)
     assert line == "INFO:     Application startup complete."
     assert parse_line(line).kind == UVICORN
 
 
 def test_custom_format_fields_and_odd_values_never_break_the_header() -> None:
-    rec = {"levelname": "warn", "name": "x y]", "message": "a\nb", "filename": "gpu_worker.py",
-           "lineno": 12, "asctime": "not a time"}
+    rec = {
+        "levelname": "warn",
+        "name": "x y]",
+        "message": "a\nb",
+        "filename": "gpu_worker.py",
+        "lineno": 12,
+        "asctime": "not a time",
+    }
     assert is_vllm_json(rec)
     lines = vllm_json_lines(rec)
-    assert lines == ["WARNING 00-00 00:00:00 [gpu_worker.py:12] a",
-                     "WARNING 00-00 00:00:00 [gpu_worker.py:12] b"]
+    assert lines == [
+        "WARNING 00-00 00:00:00 [gpu_worker.py:12] a",
+        "WARNING 00-00 00:00:00 [gpu_worker.py:12] b",
+    ]
     assert not is_vllm_json({"levelname": "INFO"})  # no message
     assert not is_vllm_json({"log": "x", "message": "y"})
 
@@ -126,8 +152,11 @@ def test_no_json_line_reaches_the_classifier_undecoded(case: str) -> None:
     assert n_json
     recs = list(read_file(str(JSON_DIR / f"{case}.log")))
     assert not [r.text for r in recs if r.text.startswith("{")]
-    headed = [x for x in map(parse_line, (r.text for r in recs))
-              if x.kind == UVICORN or x.fileinfo is not None]  # a vLLM header was read
+    headed = [
+        x
+        for x in map(parse_line, (r.text for r in recs))
+        if x.kind == UVICORN or x.fileinfo is not None
+    ]  # a vLLM header was read
     assert len(headed) >= n_json
 
 
@@ -152,8 +181,10 @@ def _cri_lines(case: str) -> list[tuple[float, str, str]]:
 
 def fluent_log(case: str) -> list[dict[str, Any]]:
     """Fluent Bit tail + cri parser + kubernetes filter: the JSON line stays in ``log``."""
-    return [{"time": t, "stream": fd, "_p": "F", "log": c, "kubernetes": K8S}
-            for t, fd, c in _cri_lines(case)]
+    return [
+        {"time": t, "stream": fd, "_p": "F", "log": c, "kubernetes": K8S}
+        for t, fd, c in _cri_lines(case)
+    ]
 
 
 def fluent_merged(case: str) -> list[dict[str, Any]]:
@@ -193,13 +224,20 @@ def test_docker_json_file_and_stdin(tmp_path: Path) -> None:
     want = baseline()
     lines = _cri_lines(CASE)
     docker = tmp_path / "docker.log"
-    docker.write_text("".join(json.dumps({"log": c + "\n", "stream": fd, "time": "2026-12-03T"
-                                          f"12:00:{i % 60:02d}.000000000Z"}) + "\n"
-                              for i, (_t, fd, c) in enumerate(lines)))
+    docker.write_text(
+        "".join(
+            json.dumps(
+                {"log": c + "\n", "stream": fd, "time": f"2026-12-03T12:00:{i % 60:02d}.000000000Z"}
+            )
+            + "\n"
+            for i, (_t, fd, c) in enumerate(lines)
+        )
+    )
     assert summary(report(read_file(str(docker)))) == want
     stdin = io.BytesIO((JSON_DIR / f"{CASE}.log").read_bytes())
     assert summary(report(read_file("-", stdin=stdin))) == summary(
-        report(read_file(str(TEXT / f"{CASE}.log"))))
+        report(read_file(str(TEXT / f"{CASE}.log")))
+    )
 
 
 def test_kafka_values_of_every_shape() -> None:
@@ -208,8 +246,10 @@ def test_kafka_values_of_every_shape() -> None:
     for i, rec in enumerate(fluent_log(CASE)):
         recs += decode_kafka_value(json.dumps(rec).encode(), b"ml/vllm-qwen-0/vllm", "logs", 0, i)
     assert summary(report(recs)) == want
-    raw = [decode_kafka_value(c.encode(), b"vllm-qwen-0", "logs", 0, i)
-           for i, (_t, _fd, c) in enumerate(_cri_lines(CASE))]  # bare lines, JSON or not
+    raw = [
+        decode_kafka_value(c.encode(), b"vllm-qwen-0", "logs", 0, i)
+        for i, (_t, _fd, c) in enumerate(_cri_lines(CASE))
+    ]  # bare lines, JSON or not
     assert summary(report(r for rs in raw for r in rs))["incidents"] == want["incidents"]
 
 
@@ -222,14 +262,18 @@ def test_http_ingest(tmp_path: Path) -> None:
     ctx = make_context(tmp_path / "s.db", RB)
     try:
         with TestClient(create_app(ctx)) as client:
-            r = client.post("/ingest", content=json.dumps(fluent_log(CASE)).encode(),
-                            headers={**WRITE, "Content-Type": "application/json"})
+            r = client.post(
+                "/ingest",
+                content=json.dumps(fluent_log(CASE)).encode(),
+                headers={**WRITE, "Content-Type": "application/json"},
+            )
             assert r.status_code == 200, r.text
             items = client.get("/incidents", params={"severity": "critical"}).json()["items"]
     finally:
         close_context(ctx)
     assert [(i["category"], i["stage"], i["stream"]) for i in items] == [
-        ("oom_kv_cache", "kv_cache_init", "ml/vllm-qwen-0/vllm")]
+        ("oom_kv_cache", "kv_cache_init", "ml/vllm-qwen-0/vllm")
+    ]
 
 
 def test_forward_with_the_real_fluent_logger_client() -> None:
@@ -243,6 +287,7 @@ def test_forward_with_the_real_fluent_logger_client() -> None:
         server = ForwardServer(sink, port=0, self_hostname="sentinel-test")
         await server.start()
         try:
+
             def emit() -> None:
                 sender = FluentSender("kube.vllm", host="127.0.0.1", port=server.port)
                 try:
@@ -266,8 +311,11 @@ def test_forward_with_the_real_fluent_logger_client() -> None:
 def test_a_json_line_split_in_chunks_is_joined_then_decoded() -> None:
     line = json.dumps(RECORD)
     ts = "2026-12-03T12:14:43.802000000Z"
-    chunks = [f"{ts} stdout P {line[:40]}", f"{ts} stdout P {line[40:90]}",
-              f"{ts} stdout F {line[90:]}"]
+    chunks = [
+        f"{ts} stdout P {line[:40]}",
+        f"{ts} stdout P {line[40:90]}",
+        f"{ts} stdout F {line[90:]}",
+    ]
     joiner = Joiner()
     out = joiner.feed([r for c in chunks for r in decode_line(c, "s")])
     assert [r.text for r in out] == vllm_json_lines(RECORD)

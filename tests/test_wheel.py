@@ -40,13 +40,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     for name in SOURCES:
         if (ROOT / name).is_dir():
-            shutil.copytree(ROOT / name, src / name,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+            )
         else:
             shutil.copy2(ROOT / name, src / name)
     dist = tmp_path_factory.mktemp("dist")
-    out = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist),
-                str(src)])
+    out = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)])
     assert out.returncode == 0, out.stdout + out.stderr
     (whl,) = dist.glob("vllm_sentinel-*.whl")
     return whl
@@ -58,11 +58,26 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     env_dir = tmp_path_factory.mktemp("venv")
     venv.EnvBuilder(with_pip=False).create(env_dir)
     py = env_dir / "bin" / "python"
-    out = _run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps",
-                "--no-index", "-q", str(wheel)])
+    out = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(py),
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            str(wheel),
+        ]
+    )
     assert out.returncode == 0, out.stdout + out.stderr
-    site = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
-                     ).stdout.strip())
+    site = Path(
+        _run(
+            [str(py), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]
+        ).stdout.strip()
+    )
     deps = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
     (site / "zz_dependencies.pth").write_text("\n".join(sorted(deps)) + "\n")
     return env_dir / "bin"
@@ -79,25 +94,32 @@ def test_the_wheel_ships_rules_models_and_templates(wheel: Path) -> None:
         names = set(zf.namelist())
         meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
         requires = Parser().parsestr(zf.read(meta).decode()).get_all("Requires-Dist") or []
-    for sub, pattern in (("rules", "*.yaml"), ("rules/signatures", "*.yaml"),
-                         ("models", "text_model.*")):
+    for sub, pattern in (
+        ("rules", "*.yaml"),
+        ("rules/signatures", "*.yaml"),
+        ("models", "text_model.*"),
+    ):
         shipped = {p.name for p in (ROOT / sub).glob(pattern)}
         assert shipped, sub
         assert {f"vllm_sentinel_data/{sub}/{n}" for n in shipped} <= names, sub
-    assert {f"service/ui/templates/{p.name}" for p in (ROOT / "service/ui/templates").glob("*")
-            } <= names
-    assert not any(n.startswith(("tests/", "rules/", "models/", "training_data/"))
-                   for n in names)
+    assert {
+        f"service/ui/templates/{p.name}" for p in (ROOT / "service/ui/templates").glob("*")
+    } <= names
+    assert not any(n.startswith(("tests/", "rules/", "models/", "training_data/")) for n in names)
     runtime = [r for r in requires if "extra ==" not in r]
     assert any(r.startswith("numpy") for r in runtime)
     assert not any(r.startswith(("scikit-learn", "skops")) for r in runtime), runtime
     assert any(r.startswith("scikit-learn") and 'extra == "train"' in r for r in requires)
 
 
-def test_the_installed_wheel_classifies_a_real_log_with_the_model(installed: Path,
-                                                                  tmp_path: Path) -> None:
-    out = _run([str(installed / "vllm-sentinel"), "-v", "classify", "--json", str(KV)],
-               cwd=tmp_path, env=_env())
+def test_the_installed_wheel_classifies_a_real_log_with_the_model(
+    installed: Path, tmp_path: Path
+) -> None:
+    out = _run(
+        [str(installed / "vllm-sentinel"), "-v", "classify", "--json", str(KV)],
+        cwd=tmp_path,
+        env=_env(),
+    )
     assert out.returncode == 1, out.stderr  # 1: a critical incident
     (report,) = [json.loads(line) for line in out.stdout.splitlines()]
     crit = [i for i in report["incidents"] if i["severity"] == "critical"]
@@ -125,8 +147,9 @@ print(json.dumps({
 """
 
 
-def test_the_installed_wheel_reads_its_own_data_without_scikit_learn(installed: Path,
-                                                                      tmp_path: Path) -> None:
+def test_the_installed_wheel_reads_its_own_data_without_scikit_learn(
+    installed: Path, tmp_path: Path
+) -> None:
     out = _run([str(installed / "python"), "-c", PROBE, str(KV)], cwd=tmp_path, env=_env())
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
@@ -139,8 +162,10 @@ def test_the_installed_wheel_reads_its_own_data_without_scikit_learn(installed: 
 
 
 def test_train_without_the_extra_says_so_in_one_line(installed: Path, tmp_path: Path) -> None:
-    code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from service.cli import main; sys.exit(main(['train']))")
+    code = (
+        "import sys; sys.modules['sklearn'] = None\n"
+        "from service.cli import main; sys.exit(main(['train']))"
+    )
     out = _run([str(installed / "python"), "-c", code], cwd=tmp_path, env=_env())
     assert out.returncode == 2
     assert out.stdout == ""

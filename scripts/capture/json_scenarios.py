@@ -17,6 +17,7 @@ Not for CI (needs the venv from setup_vllm_cpu.sh and the models from make_tiny_
 writes tests/fixtures/real-json/<name>.log, <name>.cri.log and <name>.meta.json (the text
 captures of the same scenarios are in tests/fixtures/real).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,9 @@ JSON_ARGS = ["--logging-config.formatter", "json"]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("names", nargs="+", help="scenario names of scenarios.py --list")
     ap.add_argument("--outdir", default=str(OUT))
     a = ap.parse_args()

@@ -16,6 +16,7 @@ Writes (all random weights, bf16, safetensors, a byte-level BPE tokenizer traine
 * tiny-llama-corrupt     tiny-llama with model.safetensors truncated to 4 KiB
 * tiny-unknown-arch      tiny-llama whose config.json names an architecture vLLM does not know
 """
+
 from __future__ import annotations
 
 import json
@@ -47,26 +48,46 @@ def make_tokenizer(vocab_size: int = 512) -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=["<unk>", "<s>", "</s>"],
+        vocab_size=vocab_size,
+        special_tokens=["<unk>", "<s>", "</s>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+        tokenizer_object=tok,
+        unk_token="<unk>",
+        bos_token="<s>",
+        eos_token="</s>",
         pad_token="</s>",
     )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
-def save_model(out: Path, tok, *, hidden: int = 256, heads: int = 4, kv_heads: int = 2,
-               layers: int = 2, inter: int = 512, max_pos: int = 2048) -> None:
+def save_model(
+    out: Path,
+    tok,
+    *,
+    hidden: int = 256,
+    heads: int = 4,
+    kv_heads: int = 2,
+    layers: int = 2,
+    inter: int = 512,
+    max_pos: int = 2048,
+) -> None:
     torch.manual_seed(0)
     cfg = LlamaConfig(
-        vocab_size=len(tok), hidden_size=hidden, intermediate_size=inter,
-        num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
-        max_position_embeddings=max_pos, bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, torch_dtype="bfloat16",
+        vocab_size=len(tok),
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_pos,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        torch_dtype="bfloat16",
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
@@ -96,15 +117,19 @@ def main() -> None:
     cfg = json.loads((rc / "config.json").read_text())
     cfg["architectures"] = ["TinyCustomForCausalLM"]
     cfg["model_type"] = "tiny_custom"
-    cfg["auto_map"] = {"AutoConfig": "configuration_tiny.TinyCustomConfig",
-                       "AutoModelForCausalLM": "modeling_tiny.TinyCustomForCausalLM"}
+    cfg["auto_map"] = {
+        "AutoConfig": "configuration_tiny.TinyCustomConfig",
+        "AutoModelForCausalLM": "modeling_tiny.TinyCustomForCausalLM",
+    }
     (rc / "config.json").write_text(json.dumps(cfg, indent=2))
     (rc / "configuration_tiny.py").write_text(
         "from transformers import LlamaConfig\n\n"
-        "class TinyCustomConfig(LlamaConfig):\n    model_type = 'tiny_custom'\n")
+        "class TinyCustomConfig(LlamaConfig):\n    model_type = 'tiny_custom'\n"
+    )
     (rc / "modeling_tiny.py").write_text(
         "from transformers import LlamaForCausalLM\nfrom .configuration_tiny import TinyCustomConfig\n\n"
-        "class TinyCustomForCausalLM(LlamaForCausalLM):\n    config_class = TinyCustomConfig\n")
+        "class TinyCustomForCausalLM(LlamaForCausalLM):\n    config_class = TinyCustomConfig\n"
+    )
     print("wrote", rc)
 
     base = root / "tiny-llama"

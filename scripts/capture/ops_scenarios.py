@@ -24,6 +24,7 @@ Not for CI (needs the venv from setup_vllm_cpu.sh and the models from make_tiny_
 Only one vLLM at a time on a small machine: each start waits until no other ``vllm serve``
 runs (another capture may be using the cores).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,10 +47,44 @@ OUT = scenarios.OUT
 M = scenarios.M
 PORT = scenarios.PORT
 BACKOFF_S = (10.0, 20.0)  # kubelet: 10 s, doubled per restart (capped at 5 min)
-WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india",
-         "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo",
-         "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber",
-         "basalt", "cobalt", "dune", "ember", "fjord", "garnet", "harbor", "iris", "jasper"]
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+    "mike",
+    "november",
+    "oscar",
+    "papa",
+    "quebec",
+    "romeo",
+    "sierra",
+    "tango",
+    "uniform",
+    "victor",
+    "whiskey",
+    "xray",
+    "yankee",
+    "zulu",
+    "amber",
+    "basalt",
+    "cobalt",
+    "dune",
+    "ember",
+    "fjord",
+    "garnet",
+    "harbor",
+    "iris",
+    "jasper",
+]
 
 
 def wait_for_idle_cores(max_wait: float = 3600) -> None:
@@ -75,10 +110,20 @@ def wait_for_idle_cores(max_wait: float = 3600) -> None:
 
 def completion(prompt: str | list[int], max_tokens: int, timeout: float = 600) -> str:
     """POST /v1/completions (a text prompt, or token ids for an exact length)."""
-    body = json.dumps({"model": M, "prompt": prompt, "max_tokens": max_tokens,
-                       "temperature": 0.8, "ignore_eos": True}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    body = json.dumps(
+        {
+            "model": M,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.8,
+            "ignore_eos": True,
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{PORT}/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return f"{r.status}"
@@ -100,8 +145,9 @@ def distinct_prompt(rng: random.Random, words: int) -> str:
 
 # ---- restart loop ---------------------------------------------------------------------------
 def restart_loop(name: str, attempts: int = 3) -> None:
-    cmd = scenarios.serve(str(scenarios.MODELS / "tiny-llama-longctx"), "--max-model-len",
-                          "4000000")
+    cmd = scenarios.serve(
+        str(scenarios.MODELS / "tiny-llama-longctx"), "--max-model-len", "4000000"
+    )
     env = {**scenarios.BASE_ENV, "VLLM_CPU_KVCACHE_SPACE": "1"}
     runs: list[dict] = []
     lines: list[tuple[int, str, bytes, bool]] = []
@@ -119,10 +165,18 @@ def restart_loop(name: str, attempts: int = 3) -> None:
             cap.note("still running after 300 s; SIGTERM")
             cap.send_signal(signal.SIGTERM)
         rc = cap.finish()
-        runs.append({"attempt": n + 1, "restart_count": n, "pid": cap.pid,
-                     "started": rfc3339nano(cap.started_ns), "ended": rfc3339nano(cap.ended_ns),
-                     "returncode": rc, "lines": len(cap.lines),
-                     "driver_events": [f"{t} {w}" for t, w in cap.events]})
+        runs.append(
+            {
+                "attempt": n + 1,
+                "restart_count": n,
+                "pid": cap.pid,
+                "started": rfc3339nano(cap.started_ns),
+                "ended": rfc3339nano(cap.ended_ns),
+                "returncode": rc,
+                "lines": len(cap.lines),
+                "driver_events": [f"{t} {w}" for t, w in cap.events],
+            }
+        )
         per_attempt.append(list(cap.lines))
         lines.extend(cap.lines)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -130,8 +184,10 @@ def restart_loop(name: str, attempts: int = 3) -> None:
     for ns, stream, data, complete in lines:
         raw += data + (b"\n" if complete else b"")
         text = data.decode("utf-8", "replace") + ("\n" if complete else "")
-        docker += (json.dumps({"log": text, "stream": stream, "time": rfc3339nano(ns)},
-                              ensure_ascii=False) + "\n").encode()
+        docker += (
+            json.dumps({"log": text, "stream": stream, "time": rfc3339nano(ns)}, ensure_ascii=False)
+            + "\n"
+        ).encode()
     (OUT / f"{name}.log").write_bytes(bytes(raw))
     (OUT / f"{name}.docker.log").write_bytes(bytes(docker))
     for n, got in enumerate(per_attempt):
@@ -141,26 +197,38 @@ def restart_loop(name: str, attempts: int = 3) -> None:
             cri += b"\n"
         (OUT / f"{name}.{n}.cri.log").write_bytes(bytes(cri))
     meta = {
-        "name": name, "cmd": cmd, "env": env,
-        "started": runs[0]["started"], "ended": runs[-1]["ended"],
-        "returncode": runs[-1]["returncode"], "lines": len(lines),
+        "name": name,
+        "cmd": cmd,
+        "env": env,
+        "started": runs[0]["started"],
+        "ended": runs[-1]["ended"],
+        "returncode": runs[-1]["returncode"],
+        "lines": len(lines),
         "stdout_lines": sum(1 for ln in lines if ln[1] == "stdout"),
         "stderr_lines": sum(1 for ln in lines if ln[1] == "stderr"),
         "partial_lines": sum(1 for ln in lines if not ln[3]),
         "attempts": runs,
-        "files": {"log": "all attempts appended (docker logs of a restarted container)",
-                  "docker.log": "the same lines in Docker's json-file format (one container)",
-                  "N.cri.log": "attempt N+1 in CRI format (kubelet's <restart count>.log)"},
+        "files": {
+            "log": "all attempts appended (docker logs of a restarted container)",
+            "docker.log": "the same lines in Docker's json-file format (one container)",
+            "N.cri.log": "attempt N+1 in CRI format (kubelet's <restart count>.log)",
+        },
         "what": "the kv-cache-too-small start failing three times in a row, restarted with "
-                "kubelet's back-off (10 s, 20 s): a crash loop",
+        "kubelet's back-off (10 s, 20 s): a crash loop",
     }
     (OUT / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(json.dumps({k: meta[k] for k in ("name", "returncode", "lines")}))
 
 
 # ---- serving scenarios ----------------------------------------------------------------------
-def drive_saturation(cap: Capture, rate: float = 10.0, seconds: float = 20.0,
-                     prompt_tokens: int = 1936, max_tokens: int = 100, burst: int = 12) -> None:
+def drive_saturation(
+    cap: Capture,
+    rate: float = 10.0,
+    seconds: float = 20.0,
+    prompt_tokens: int = 1936,
+    max_tokens: int = 100,
+    burst: int = 12,
+) -> None:
     """Phase 1: requests of 1,936 prompt tokens + 100 generated: 16 blocks of 128 tokens
     from admission to the end, all of the KV cache (17 blocks, one held back), so one runs
     at a time and the cache is full while it does; they arrive at ``rate``/s, faster than
@@ -183,8 +251,10 @@ def drive_saturation(cap: Capture, rate: float = 10.0, seconds: float = 20.0,
         threads.append(t)
 
     n = int(rate * seconds)
-    cap.note(f"phase 1: {n} completions ({prompt_tokens} prompt tokens, {max_tokens} "
-             f"generated, ignore_eos) at {rate}/s")
+    cap.note(
+        f"phase 1: {n} completions ({prompt_tokens} prompt tokens, {max_tokens} "
+        f"generated, ignore_eos) at {rate}/s"
+    )
     for _ in range(n):
         send(token_prompt(rng, prompt_tokens), max_tokens)
         time.sleep(1.0 / rate)
@@ -214,8 +284,10 @@ def drive_zero_hit(cap: Capture, count: int = 16, prompt_words: int = 60) -> Non
     for _ in range(count):
         statuses.append(completion(distinct_prompt(rng, prompt_words), 16))
         time.sleep(1.0)
-    cap.note(f"{count} completions with prompts sharing no prefix -> "
-             f"{statuses.count('200')} answered 200")
+    cap.note(
+        f"{count} completions with prompts sharing no prefix -> "
+        f"{statuses.count('200')} answered 200"
+    )
     time.sleep(5)
     cap.send_signal(signal.SIGTERM)
 
@@ -226,16 +298,18 @@ SERVING = {
         env={"VLLM_LOG_STATS_INTERVAL": "2"},
         drive=drive_saturation,
         what="KV cache of 17 blocks of 128 tokens (--num-gpu-blocks-override 17, "
-             "--max-model-len 2048); 200 completions of 1,936 prompt + 100 generated tokens "
-             "arriving at 10/s (one fits at a time: KV cache usage 100%, waiting queue "
-             "growing), then 12 40-token prompts generating 1,900 tokens at once (admitted "
-             "together, preempted back to waiting as they grow); then SIGTERM"),
+        "--max-model-len 2048); 200 completions of 1,936 prompt + 100 generated tokens "
+        "arriving at 10/s (one fits at a time: KV cache usage 100%, waiting queue "
+        "growing), then 12 40-token prompts generating 1,900 tokens at once (admitted "
+        "together, preempted back to waiting as they grow); then SIGTERM",
+    ),
     "prefix-caching-zero-hit": dict(
         cmd=scenarios.serve(M, "--max-model-len", "1024", "--enable-prefix-caching"),
         env={"VLLM_LOG_STATS_INTERVAL": "2"},
         drive=drive_zero_hit,
         what="--enable-prefix-caching and 16 completions whose prompts share no prefix: "
-             "prefix cache hit rate 0% while prompts are served; then SIGTERM"),
+        "prefix cache hit rate 0% while prompts are served; then SIGTERM",
+    ),
 }
 
 
@@ -252,10 +326,10 @@ def serving(name: str) -> None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("names", nargs="+",
-                    choices=["restart-loop-kv-cache", *SERVING])
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("names", nargs="+", choices=["restart-loop-kv-cache", *SERVING])
     a = ap.parse_args()
     for name in a.names:
         if name == "restart-loop-kv-cache":

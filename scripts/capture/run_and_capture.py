@@ -27,6 +27,7 @@ the capture runs) or from the command line::
     run_and_capture.py --name demo --outdir /tmp/out --timeout 120 \\
         --env VLLM_CPU_KVCACHE_SPACE=1 -- vllm serve /tmp/vllm-models/tiny-llama
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,14 @@ def rfc3339nano(ns: int) -> str:
 class Capture:
     """Start ``cmd``; collect its stdout/stderr lines in arrival order with timestamps."""
 
-    def __init__(self, name: str, cmd: list[str], env_extra: dict[str, str] | None = None,
-                 cwd: str | None = None, preexec_fn=None):
+    def __init__(
+        self,
+        name: str,
+        cmd: list[str],
+        env_extra: dict[str, str] | None = None,
+        cwd: str | None = None,
+        preexec_fn=None,
+    ):
         self.name = name
         self.cmd = cmd
         self.env_extra = dict(env_extra or {})
@@ -78,8 +85,13 @@ class Capture:
         env.update(self.env_extra)
         self.started_ns = time.time_ns()
         self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, env=env, cwd=self.cwd, bufsize=0,
+            self.cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=self.cwd,
+            bufsize=0,
             start_new_session=True,  # own process group, so the whole tree can be killed
             preexec_fn=self.preexec_fn,
         )
@@ -147,8 +159,9 @@ class Capture:
     # ---------------------------------------------------------------- waiting
     def text(self) -> str:
         with self.lock:
-            return "\n".join(ANSI_RE.sub(b"", ln[2]).decode("utf-8", "replace")
-                             for ln in self.lines)
+            return "\n".join(
+                ANSI_RE.sub(b"", ln[2]).decode("utf-8", "replace") for ln in self.lines
+            )
 
     def wait_for(self, pattern: str, timeout: float, start_index: int = 0) -> bool:
         """Wait until a line (ANSI stripped) matches regex ``pattern``; False on timeout/exit."""
@@ -228,13 +241,19 @@ class Capture:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--name", required=True)
     ap.add_argument("--outdir", default="tests/fixtures/real")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE (repeatable)")
     ap.add_argument("--timeout", type=float, default=300, help="SIGTERM after this many seconds")
-    ap.add_argument("--kill-after-silence", type=float, default=0,
-                    help="SIGKILL the process group after this many seconds without output")
+    ap.add_argument(
+        "--kill-after-silence",
+        type=float,
+        default=0,
+        help="SIGKILL the process group after this many seconds without output",
+    )
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd

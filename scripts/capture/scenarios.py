@@ -15,6 +15,7 @@ requests, signals, kill -9 of a worker, waiting out a stall) and writes
 tests/fixtures/real/<name>.log, <name>.cri.log and <name>.meta.json.
 Run only one scenario at a time on a small machine (they run sequentially here).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -60,16 +61,26 @@ QUESTIONS = [
 
 
 # ------------------------------------------------------------------ helpers
-def chat(question: str, max_tokens: int = 24, timeout: float = 120,
-         ignore_eos: bool = False) -> str:
-    body = json.dumps({
-        "model": CURRENT_MODEL[0],
-        "messages": [{"role": "system", "content": SYSTEM_PROMPT},
-                     {"role": "user", "content": question}],
-        "max_tokens": max_tokens, "temperature": 0.7, "ignore_eos": ignore_eos,
-    }).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/chat/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+def chat(
+    question: str, max_tokens: int = 24, timeout: float = 120, ignore_eos: bool = False
+) -> str:
+    body = json.dumps(
+        {
+            "model": CURRENT_MODEL[0],
+            "messages": [
+                {"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": question},
+            ],
+            "max_tokens": max_tokens,
+            "temperature": 0.7,
+            "ignore_eos": ignore_eos,
+        }
+    ).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{PORT}/v1/chat/completions",
+        data=body,
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return f"{r.status}"
@@ -100,7 +111,12 @@ def descendants(root: int) -> list[tuple[int, str]]:
         try:
             stat = Path(f"/proc/{d}/stat").read_text()
             ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            cl = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cl = (
+                Path(f"/proc/{d}/cmdline")
+                .read_bytes()
+                .replace(b"\0", b" ")
+                .decode(errors="replace")
+            )
         except (OSError, ValueError, IndexError):
             continue
         parent[int(d)] = ppid
@@ -158,6 +174,7 @@ def drive_serve_then(sig: int, n_requests: int = 6, settle: float = 6.0):
             time.sleep(1.0)
         time.sleep(settle)  # let the periodic stats line report the idle engine
         cap.send_signal(sig)
+
     return run
 
 
@@ -168,12 +185,14 @@ def drive_idle_then(sig: int, idle: float = 8.0):
             return
         time.sleep(idle)
         cap.send_signal(sig)
+
     return run
 
 
 def drive_kill_while_serving(needle: str, n_before: int = 2):
     """Serve a few requests, then kill -9 the process whose cmdline contains ``needle``
     while a request is in flight (what the kernel OOM killer does to the biggest process)."""
+
     def run(cap: Capture) -> None:
         if not cap.wait_for(STARTED, 300):
             cap.note("never started")
@@ -185,8 +204,12 @@ def drive_kill_while_serving(needle: str, n_before: int = 2):
         cap.note("process tree: " + "; ".join(f"{p}={c[:60]}" for p, c in procs))
         victim = find_proc(cap, needle)
         results: list[str] = []
-        threads = [threading.Thread(target=lambda q=q: results.append(
-            chat(q, max_tokens=900, ignore_eos=True))) for q in QUESTIONS[2:5]]
+        threads = [
+            threading.Thread(
+                target=lambda q=q: results.append(chat(q, max_tokens=900, ignore_eos=True))
+            )
+            for q in QUESTIONS[2:5]
+        ]
         for t in threads:
             t.start()
         time.sleep(1)  # three long generations are in flight now
@@ -201,12 +224,14 @@ def drive_kill_while_serving(needle: str, n_before: int = 2):
         if rc is None:
             cap.note("server still up 60 s after the kill; SIGTERM")
             cap.send_signal(signal.SIGTERM)
+
     return run
 
 
 def post_raw(path: str, body: bytes, timeout: float = 60) -> str:
-    req = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{PORT}{path}", data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return f"{r.status}"
@@ -225,16 +250,42 @@ def drive_client_errors(cap: Capture) -> None:
     model = CURRENT_MODEL[0]
     msgs = [{"role": "user", "content": "hello"}]
     cap.note(f"chat -> {chat(QUESTIONS[0])}")
-    cap.note("wrong model name -> " + post_raw("/v1/chat/completions", json.dumps(
-        {"model": "gpt-4o", "messages": msgs}).encode()))
-    cap.note("prompt longer than max-model-len -> " + post_raw("/v1/chat/completions", json.dumps(
-        {"model": model, "messages": [{"role": "user", "content": "log line " * 1500}],
-         "max_tokens": 8}).encode()))
-    cap.note("malformed JSON -> " + post_raw("/v1/chat/completions", b'{"model": "x", "messages": ['))
-    cap.note("max_tokens -1 -> " + post_raw("/v1/chat/completions", json.dumps(
-        {"model": model, "messages": msgs, "max_tokens": -1}).encode()))
-    cap.note("max_tokens beyond context -> " + post_raw("/v1/completions", json.dumps(
-        {"model": model, "prompt": "hello", "max_tokens": 5000}).encode()))
+    cap.note(
+        "wrong model name -> "
+        + post_raw(
+            "/v1/chat/completions", json.dumps({"model": "gpt-4o", "messages": msgs}).encode()
+        )
+    )
+    cap.note(
+        "prompt longer than max-model-len -> "
+        + post_raw(
+            "/v1/chat/completions",
+            json.dumps(
+                {
+                    "model": model,
+                    "messages": [{"role": "user", "content": "log line " * 1500}],
+                    "max_tokens": 8,
+                }
+            ).encode(),
+        )
+    )
+    cap.note(
+        "malformed JSON -> " + post_raw("/v1/chat/completions", b'{"model": "x", "messages": [')
+    )
+    cap.note(
+        "max_tokens -1 -> "
+        + post_raw(
+            "/v1/chat/completions",
+            json.dumps({"model": model, "messages": msgs, "max_tokens": -1}).encode(),
+        )
+    )
+    cap.note(
+        "max_tokens beyond context -> "
+        + post_raw(
+            "/v1/completions",
+            json.dumps({"model": model, "prompt": "hello", "max_tokens": 5000}).encode(),
+        )
+    )
     cap.note(f"GET /v2/nothing -> {get('/v2/nothing')}")
     cap.note(f"chat -> {chat(QUESTIONS[1])}")
     time.sleep(4)
@@ -255,14 +306,15 @@ def drive_first_request(wait_after: float = 60):
         if rc is None:
             cap.note("server still up; SIGTERM")
             cap.send_signal(signal.SIGTERM)
+
     return run
 
 
-def drive_stall(first: str, silence: float = 90, timeout: float = 420,
-                sig: int = signal.SIGKILL):
+def drive_stall(first: str, silence: float = 90, timeout: float = 420, sig: int = signal.SIGKILL):
     """Wait for ``first``, then for ``silence`` s without output; then SIGKILL the whole
     group (log just stops) or send ``sig`` to the main process (kubelet-style SIGTERM;
     finish() SIGKILLs the group after the grace period)."""
+
     def run(cap: Capture) -> None:
         if not cap.wait_for(first, 300):
             cap.note(f"never saw {first!r}")
@@ -270,16 +322,21 @@ def drive_stall(first: str, silence: float = 90, timeout: float = 420,
         while cap.alive() and time.time() < deadline:
             if cap.seconds_silent() > silence:
                 if sig == signal.SIGKILL:
-                    cap.note(f"no output for {silence:.0f} s: stall; SIGKILL the group "
-                             "(as a liveness/startup-probe kill after the grace period)")
+                    cap.note(
+                        f"no output for {silence:.0f} s: stall; SIGKILL the group "
+                        "(as a liveness/startup-probe kill after the grace period)"
+                    )
                     cap.kill_group(signal.SIGKILL)
                 else:
-                    cap.note(f"no output for {silence:.0f} s: stall; "
-                             f"{signal.Signals(sig).name} to the main process")
+                    cap.note(
+                        f"no output for {silence:.0f} s: stall; "
+                        f"{signal.Signals(sig).name} to the main process"
+                    )
                     cap.send_signal(sig)
                 return
             time.sleep(1)
         cap.send_signal(signal.SIGTERM)
+
     return run
 
 
@@ -294,155 +351,219 @@ SCENARIOS: dict[str, dict] = {
         env={"VLLM_LOG_STATS_INTERVAL": "2"},
         drive=drive_serve_then(signal.SIGTERM),
         what="startup, 6 chat requests sharing a system prompt, stats lines with prefix "
-             "cache hit rate, then SIGTERM (orderly stop)"),
+        "cache hit rate, then SIGTERM (orderly stop)",
+    ),
     "healthy-idle-sigint": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={},
         drive=drive_idle_then(signal.SIGINT),
-        what="startup, idle ~8 s, SIGINT: orderly shutdown noise"),
+        what="startup, idle ~8 s, SIGINT: orderly shutdown noise",
+    ),
     "kv-cache-too-small": dict(
         cmd=serve(str(MODELS / "tiny-llama-longctx"), "--max-model-len", "4000000"),
         env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         drive=drive_exit,
-        what="4M-token context with 1 GiB KV cache: ValueError at KV cache init"),
+        what="4M-token context with 1 GiB KV cache: ValueError at KV cache init",
+    ),
     "worker-killed-while-serving": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={},
         drive=drive_kill_while_serving("VLLM::Worker"),
-        what="kill -9 of the VLLM::Worker process while a request is in flight"),
+        what="kill -9 of the VLLM::Worker process while a request is in flight",
+    ),
     "enginecore-killed-while-serving": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={},
         drive=drive_kill_while_serving("VLLM::EngineCore"),
-        what="kill -9 of the VLLM::EngineCore process while a request is in flight"),
+        what="kill -9 of the VLLM::EngineCore process while a request is in flight",
+    ),
     "model-unavailable-offline": dict(
         cmd=serve("some-org/missing-model"),
         env={},
         drive=drive_exit,
-        what="Hub model id that is not in the local cache, HF_HUB_OFFLINE=1"),
+        what="Hub model id that is not in the local cache, HF_HUB_OFFLINE=1",
+    ),
     "bad-tool-call-parser": dict(
-        cmd=serve(M, "--max-model-len", "1024", "--enable-auto-tool-choice",
-                  "--tool-call-parser", "kimi_k9"),
+        cmd=serve(
+            M,
+            "--max-model-len",
+            "1024",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "kimi_k9",
+        ),
         env={},
         drive=drive_exit,
-        what="unknown tool call parser name"),
+        what="unknown tool call parser name",
+    ),
     "bad-unknown-cli-flag": dict(
         cmd=serve(M, "--max-model-len", "1024", "--kv-cache-size", "1G"),
         env={},
         drive=drive_exit,
-        what="CLI flag that does not exist (argparse error)"),
+        what="CLI flag that does not exist (argparse error)",
+    ),
     "healthy-abbreviated-flag-accepted": dict(
         cmd=serve(M, "--max-model-len", "1024", "--enable-prefix-cachin"),
         env={},
         drive=drive_idle_then(signal.SIGTERM, idle=5),
         what="misspelt (truncated) flag --enable-prefix-cachin: argparse accepts the unique "
-             "prefix, so this starts normally; idle, SIGTERM"),
+        "prefix, so this starts normally; idle, SIGTERM",
+    ),
     "bad-max-model-len-too-large": dict(
         cmd=serve(M, "--max-model-len", "8192"),
         env={},
         drive=drive_exit,
-        what="--max-model-len 8192 larger than max_position_embeddings 2048"),
+        what="--max-model-len 8192 larger than max_position_embeddings 2048",
+    ),
     "bad-dtype": dict(
         cmd=serve(M, "--max-model-len", "1024", "--dtype", "float8"),
         env={},
         drive=drive_exit,
-        what="--dtype float8 (not a valid choice)"),
+        what="--dtype float8 (not a valid choice)",
+    ),
     "bad-env-kvcache-space": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_CPU_KVCACHE_SPACE": "0.01"},
         drive=drive_exit,
-        what="VLLM_CPU_KVCACHE_SPACE=0.01 (must be an int GiB)"),
+        what="VLLM_CPU_KVCACHE_SPACE=0.01 (must be an int GiB)",
+    ),
     "unsupported-cpu-attention-head-dim-16": dict(
         cmd=serve(str(MODELS / "tiny-llama-hd16"), "--max-model-len", "1024"),
         env={},
         drive=drive_first_request(),
-        what="head dim 16 model: startup completes, first request dies in the CPU "
-             "attention kernel"),
+        what="head dim 16 model: startup completes, first request dies in the CPU attention kernel",
+    ),
     "healthy-debug-logging": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_LOGGING_LEVEL": "DEBUG"},
         drive=drive_serve_then(signal.SIGTERM, n_requests=2, settle=3),
-        what="VLLM_LOGGING_LEVEL=DEBUG, 2 requests, SIGTERM"),
+        what="VLLM_LOGGING_LEVEL=DEBUG, 2 requests, SIGTERM",
+    ),
     "healthy-forced-colour": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_LOGGING_COLOR": "1", "FORCE_COLOR": "1"},
         drive=drive_serve_then(signal.SIGTERM, n_requests=2, settle=3),
-        what="VLLM_LOGGING_COLOR=1 FORCE_COLOR=1: real ANSI codes, 2 requests, SIGTERM"),
+        what="VLLM_LOGGING_COLOR=1 FORCE_COLOR=1: real ANSI codes, 2 requests, SIGTERM",
+    ),
     "healthy-tp2": dict(
         cmd=serve(M, "--max-model-len", "1024", "--tensor-parallel-size", "2"),
         env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
         drive=drive_serve_then(signal.SIGTERM, n_requests=2, settle=3),
-        what="tensor parallel 2 with one core bound per worker, 2 requests, SIGTERM"),
+        what="tensor parallel 2 with one core bound per worker, 2 requests, SIGTERM",
+    ),
     "tp2-no-thread-binding": dict(
         cmd=serve(M, "--max-model-len", "1024", "--tensor-parallel-size", "2"),
         env={},
         drive=drive_exit,
-        what="tensor parallel 2 on one NUMA node without VLLM_CPU_OMP_THREADS_BIND"),
+        what="tensor parallel 2 on one NUMA node without VLLM_CPU_OMP_THREADS_BIND",
+    ),
     "stall-multinode-no-peer": dict(
-        cmd=serve(M, "--max-model-len", "1024", "--tensor-parallel-size", "2",
-                  "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
-                  "--master-port", "29555"),
+        cmd=serve(
+            M,
+            "--max-model-len",
+            "1024",
+            "--tensor-parallel-size",
+            "2",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            "29555",
+        ),
         env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
         drive=drive_stall(r"world_size=2 rank=0", silence=90),
         what="2-node TP2 with no second node: rendezvous waits forever; killed after 90 s "
-             "of silence"),
+        "of silence",
+    ),
     "stall-multinode-no-peer-sigterm": dict(
-        cmd=serve(M, "--max-model-len", "1024", "--tensor-parallel-size", "2",
-                  "--nnodes", "2", "--node-rank", "0", "--master-addr", "127.0.0.1",
-                  "--master-port", "29556"),
+        cmd=serve(
+            M,
+            "--max-model-len",
+            "1024",
+            "--tensor-parallel-size",
+            "2",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            "0",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            "29556",
+        ),
         env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
         drive=drive_stall(r"world_size=2 rank=0", silence=90, sig=signal.SIGTERM),
         what="as stall-multinode-no-peer, but after 90 s of silence SIGTERM goes to the main "
-             "process (what kubelet does first), SIGKILL to the group 90 s later if needed"),
+        "process (what kubelet does first), SIGKILL to the group 90 s later if needed",
+    ),
     "healthy-client-errors": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_LOG_STATS_INTERVAL": "2"},
         drive=drive_client_errors,
         what="healthy server answering bad client requests (unknown model, prompt too long, "
-             "malformed JSON, bad max_tokens, unknown route) with 4xx between good requests, "
-             "then SIGTERM"),
+        "malformed JSON, bad max_tokens, unknown route) with 4xx between good requests, "
+        "then SIGTERM",
+    ),
     "weights-missing": dict(
         cmd=serve(str(MODELS / "tiny-llama-noweights"), "--max-model-len", "1024"),
         env={},
         drive=drive_exit,
-        what="local model directory with config and tokenizer but no weight files"),
+        what="local model directory with config and tokenizer but no weight files",
+    ),
     "weights-corrupt": dict(
         cmd=serve(str(MODELS / "tiny-llama-corrupt"), "--max-model-len", "1024"),
         env={},
         drive=drive_exit,
-        what="model.safetensors truncated to 4 KiB (interrupted download / bad copy)"),
+        what="model.safetensors truncated to 4 KiB (interrupted download / bad copy)",
+    ),
     "unsupported-architecture": dict(
         cmd=serve(str(MODELS / "tiny-unknown-arch"), "--max-model-len", "1024"),
         env={},
         drive=drive_exit,
-        what="config.json names an architecture vLLM does not implement"),
+        what="config.json names an architecture vLLM does not implement",
+    ),
 }
 
 
 def hold_port(port: int = PORT):
     """Occupy the API port with an unrelated listener (another server in the pod/host)."""
+
     def start():
         srv = socket.socket()
         srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         srv.bind(("0.0.0.0", port))
         srv.listen(8)
         return srv.close
+
     return start
 
 
 def rlimit_as(gib: float):
     def pre():
         import resource
-        n = int(gib * 1024 ** 3)
+
+        n = int(gib * 1024**3)
         resource.setrlimit(resource.RLIMIT_AS, (n, n))
+
     return pre
 
 
 def tiny_shm(size: str, cmd: list[str]) -> list[str]:
     """Run ``cmd`` in a private mount namespace with a small tmpfs on /dev/shm (as with
     Docker's default --shm-size=64m, only smaller). Needs CAP_SYS_ADMIN."""
-    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-            f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" "$@"', *cmd]
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" "$@"',
+        *cmd,
+    ]
 
 
 EXTRA: dict[str, dict] = {
@@ -451,47 +572,54 @@ EXTRA: dict[str, dict] = {
         env={},
         pre=hold_port(PORT),
         drive=drive_exit,
-        what="another process already listens on 0.0.0.0:8000"),
+        what="another process already listens on 0.0.0.0:8000",
+    ),
     "trust-remote-code-required": dict(
         cmd=serve(str(MODELS / "tiny-remote-code"), "--max-model-len", "1024"),
         env={},
         drive=drive_exit,
-        what="model whose config.json has an auto_map to custom code, without "
-             "--trust-remote-code"),
+        what="model whose config.json has an auto_map to custom code, without --trust-remote-code",
+    ),
     "tokenizer-missing": dict(
         cmd=serve(str(MODELS / "tiny-llama-notok"), "--max-model-len", "1024"),
         env={},
         drive=drive_exit,
-        what="local model directory without any tokenizer files"),
+        what="local model directory without any tokenizer files",
+    ),
     "kv-cache-space-exceeds-ram": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_CPU_KVCACHE_SPACE": "64"},
         drive=drive_exit,
-        what="VLLM_CPU_KVCACHE_SPACE=64 on a machine with ~22 GiB available"),
+        what="VLLM_CPU_KVCACHE_SPACE=64 on a machine with ~22 GiB available",
+    ),
     "dev-shm-too-small": dict(
         cmd=tiny_shm("256k", serve(M, "--max-model-len", "1024")),
         model=M,
         env={},
         drive=drive_first_request(wait_after=40),
-        what="/dev/shm is a 256 KiB tmpfs (private mount namespace)"),
+        what="/dev/shm is a 256 KiB tmpfs (private mount namespace)",
+    ),
     "dev-shm-docker-default-64m": dict(
         cmd=tiny_shm("64m", serve(M, "--max-model-len", "1024")),
         model=M,
         env={},
         drive=drive_first_request(wait_after=40),
-        what="/dev/shm is a 64 MiB tmpfs, Docker's default --shm-size (private mount namespace)"),
+        what="/dev/shm is a 64 MiB tmpfs, Docker's default --shm-size (private mount namespace)",
+    ),
     "dev-shm-170m-tp2": dict(
         cmd=tiny_shm("170m", serve(M, "--max-model-len", "1024", "--tensor-parallel-size", "2")),
         model=M,
         env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
         drive=drive_first_request(wait_after=40),
-        what="/dev/shm is 170 MiB (passes the 160 MiB preflight) with TP 2 and thread binding"),
+        what="/dev/shm is 170 MiB (passes the 160 MiB preflight) with TP 2 and thread binding",
+    ),
     "rlimit-as-kv-alloc": dict(
         cmd=serve(M, "--max-model-len", "1024"),
         env={"VLLM_CPU_KVCACHE_SPACE": "8"},
         preexec=rlimit_as(float(os.environ.get("RLIMIT_AS_GIB", "6"))),
         drive=drive_exit,
-        what="address-space limit (ulimit -v / RLIMIT_AS) below what an 8 GiB KV cache needs"),
+        what="address-space limit (ulimit -v / RLIMIT_AS) below what an 8 GiB KV cache needs",
+    ),
 }
 SCENARIOS.update(EXTRA)
 
@@ -521,7 +649,9 @@ def run_scenario(name: str, outdir: Path = OUT) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("names", nargs="*")
     ap.add_argument("--all", action="store_true")
     ap.add_argument("--list", action="store_true")

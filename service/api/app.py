@@ -37,8 +37,10 @@ from service.context import ServiceContext
 log = logging.getLogger("vllm_sentinel.api")
 
 API_REQUESTS = Counter(
-    "sentinel_api_requests_total", "API requests, by method, route template and status.",
-    ["method", "route", "status"], registry=metrics.REGISTRY,
+    "sentinel_api_requests_total",
+    "API requests, by method, route template and status.",
+    ["method", "route", "status"],
+    registry=metrics.REGISTRY,
 )
 
 DESCRIPTION = """\
@@ -110,8 +112,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     app.state.ctx = ctx
     app.state.http_joiner = None
     app.state.otlp_joiner = None
-    for module in (incidents, streams, stats, silences, feedback, classify, health,
-                   quarantine):
+    for module in (incidents, streams, stats, silences, feedback, classify, health, quarantine):
         app.include_router(module.router)
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
         app.include_router(ingest.router)

@@ -80,17 +80,25 @@ def check_auth_config(api: ApiSettings) -> None:
             log.info("API: writes and ingest need the bearer token; reads are open")
         return
     if is_loopback(api.host):
-        log.warning("API: no api.token set: writes and ingest are unauthenticated "
-                    "(acceptable on loopback %s for development only)", api.host)
+        log.warning(
+            "API: no api.token set: writes and ingest are unauthenticated "
+            "(acceptable on loopback %s for development only)",
+            api.host,
+        )
         return
     if not unauthenticated_allowed(api):
         raise InsecureConfigError(
             f"refusing to serve the API on {api.host} without api.token "
-            f"(set SENTINEL_API__TOKEN, or {ALLOW_ENV}=1 to run open behind your own auth)")
+            f"(set SENTINEL_API__TOKEN, or {ALLOW_ENV}=1 to run open behind your own auth)"
+        )
     log.warning("!" * 72)
-    log.warning("API: NO AUTHENTICATION on %s: anyone who reaches port %s can resolve "
-                "incidents, silence paging and inject logs (%s is set)",
-                api.host, api.port, ALLOW_ENV)
+    log.warning(
+        "API: NO AUTHENTICATION on %s: anyone who reaches port %s can resolve "
+        "incidents, silence paging and inject logs (%s is set)",
+        api.host,
+        api.port,
+        ALLOW_ENV,
+    )
     log.warning("!" * 72)
 
 
@@ -104,18 +112,27 @@ def check_forward_config(fwd: ForwardSettings | None) -> None:
     if fwd.shared_key:
         return
     if is_loopback(fwd.host):
-        log.warning("forward: no sources.forward.shared_key: anyone on this host can send "
-                    "log lines to %s:%s (acceptable on loopback)", fwd.host, fwd.port)
+        log.warning(
+            "forward: no sources.forward.shared_key: anyone on this host can send "
+            "log lines to %s:%s (acceptable on loopback)",
+            fwd.host,
+            fwd.port,
+        )
         return
     if not fwd.allow_unauthenticated:
         raise InsecureConfigError(
             f"refusing to serve the forward protocol on {fwd.host or '*'}:{fwd.port} without "
             "sources.forward.shared_key (set SENTINEL_SOURCES__FORWARD__SHARED_KEY, bind "
             "127.0.0.1, or set sources.forward.allow_unauthenticated: true behind your own "
-            "network policy)")
+            "network policy)"
+        )
     log.warning("!" * 72)
-    log.warning("forward: NO AUTHENTICATION on %s: anyone who reaches port %s can inject log "
-                "lines (sources.forward.allow_unauthenticated is set)", fwd.host, fwd.port)
+    log.warning(
+        "forward: NO AUTHENTICATION on %s: anyone who reaches port %s can inject log "
+        "lines (sources.forward.allow_unauthenticated is set)",
+        fwd.host,
+        fwd.port,
+    )
     log.warning("!" * 72)
 
 
@@ -134,13 +151,21 @@ def _matches(given: str, accepted: list[str]) -> bool:
 def _check(creds: HTTPAuthorizationCredentials | None, accepted: list[str]) -> None:
     if not accepted:
         return
-    if (creds is None or creds.scheme.lower() != "bearer" or not creds.credentials
-            or not creds.credentials.strip()):
-        raise HTTPException(status_code=401, detail="missing bearer token",
-                            headers={"WWW-Authenticate": "Bearer"})
+    if (
+        creds is None
+        or creds.scheme.lower() != "bearer"
+        or not creds.credentials
+        or not creds.credentials.strip()
+    ):
+        raise HTTPException(
+            status_code=401, detail="missing bearer token", headers={"WWW-Authenticate": "Bearer"}
+        )
     if not _matches(creds.credentials, accepted):
-        raise HTTPException(status_code=401, detail="invalid bearer token",
-                            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+        raise HTTPException(
+            status_code=401,
+            detail="invalid bearer token",
+            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+        )
 
 
 def write_tokens(api: ApiSettings) -> list[str]:

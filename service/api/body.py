@@ -8,8 +8,9 @@ MiB = 1 << 20
 
 
 def too_large(limit: int) -> HTTPException:
-    return HTTPException(status_code=413,
-                         detail=f"request body larger than {limit} bytes ({limit // MiB} MiB)")
+    return HTTPException(
+        status_code=413, detail=f"request body larger than {limit} bytes ({limit // MiB} MiB)"
+    )
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -24,7 +24,10 @@ IncidentStatus = Literal["open", "resolved"]
 
 MATCHER_KEYS = tuple(sorted(notify_matchers.FIELDS))
 _MATCHER_VALUES: dict[str, tuple[str, ...]] = {
-    "tier": TIERS, "category": CATEGORIES, "stage": STAGES, "severity": ("critical", "warning"),
+    "tier": TIERS,
+    "category": CATEGORIES,
+    "stage": STAGES,
+    "severity": ("critical", "warning"),
     "status": ("open", "resolved"),
 }
 
@@ -78,13 +81,17 @@ class Incident(_Open):
     resolution: str | None = None
     version: int | None = Field(None, description="grows with every change")
     fleet_id: str | None = Field(
-        None, description="the fleet incident grouping this one (it paged instead)")
+        None, description="the fleet incident grouping this one (it paged instead)"
+    )
     members: list[dict[str, Any]] | None = Field(
-        None, description="a fleet incident's member incidents (single-incident view only)")
+        None, description="a fleet incident's member incidents (single-incident view only)"
+    )
     deliveries: list[dict[str, Any]] | None = Field(
-        None, description="notification attempts (single-incident view only)")
+        None, description="notification attempts (single-incident view only)"
+    )
     feedback: list[dict[str, Any]] | None = Field(
-        None, description="feedback given (single-incident view only)")
+        None, description="feedback given (single-incident view only)"
+    )
 
 
 class IncidentPage(BaseModel):
@@ -161,8 +168,10 @@ def validate_matchers(matchers: dict[str, list[str] | str]) -> dict[str, list[st
         if allowed:
             bad = [v for v in values if not any(fnmatchcase(a, v) for a in allowed)]
             if bad:
-                raise ValueError(f"matcher {key!r}: unknown value(s) {bad}; "
-                                 f"expected one of {list(allowed)} (globs allowed)")
+                raise ValueError(
+                    f"matcher {key!r}: unknown value(s) {bad}; "
+                    f"expected one of {list(allowed)} (globs allowed)"
+                )
         out[key] = values
     return out
 
@@ -172,10 +181,11 @@ class SilenceRequest(_Strict):
     until ``ends_at`` or for ``duration``; incidents are still recorded."""
 
     matchers: dict[str, list[str] | str] = Field(
-        ..., examples=[{"namespace": ["llm-prod"], "category": ["oom_*"]}],
+        ...,
+        examples=[{"namespace": ["llm-prod"], "category": ["oom_*"]}],
         description="field → values (exact or shell glob); fields: tier, category, stage, "
-                    "severity, status, namespace, pod, node, container, stream, incident, "
-                    "receiver, label:<pod label>",
+        "severity, status, namespace, pod, node, container, stream, incident, "
+        "receiver, label:<pod label>",
     )
     ends_at: float | str | None = Field(None, description="epoch seconds or ISO 8601")
     duration: str | None = Field(None, examples=["2h"], description="e.g. 30m, 2h, 1d")
@@ -195,8 +205,9 @@ class SilenceRequest(_Strict):
             raise ValueError("give exactly one of ends_at or duration")
         starts = parse_instant(self.starts_at) if self.starts_at is not None else None
         if self.duration is not None:
-            ends = (starts if starts is not None and starts > now else now) \
-                + parse_duration(self.duration)
+            ends = (starts if starts is not None and starts > now else now) + parse_duration(
+                self.duration
+            )
         else:
             ends = parse_instant(self.ends_at)  # type: ignore[arg-type]
         if ends <= now:
@@ -224,8 +235,9 @@ class Silence(_Open):
 class ClassifyRequest(_Strict):
     log: str = Field(..., description="the whole log as pasted (raw, Docker json-file or CRI)")
     format: Literal["auto", "raw", "docker", "cri", "fluent"] = "auto"
-    stream: str | None = Field(None, max_length=500,
-                               description="stream name when the envelope names none")
+    stream: str | None = Field(
+        None, max_length=500, description="stream name when the envelope names none"
+    )
 
 
 class StreamReport(_Open):
@@ -240,14 +252,17 @@ class StreamReport(_Open):
     meta: dict[str, Any]
     lines: int
     stopped: dict[str, Any] | None = Field(
-        None, description="the log ends mid-startup: the stage it stopped in, since when, "
-        "seconds without progress and that stage's stall deadline")
+        None,
+        description="the log ends mid-startup: the stage it stopped in, since when, "
+        "seconds without progress and that stage's stall deadline",
+    )
 
 
 class ClassifyResponse(BaseModel):
     reports: list[StreamReport]
     primary: dict[str, Any] | None = Field(
-        None, description="the first critical incident of the first stream (root cause), if any")
+        None, description="the first critical incident of the first stream (root cause), if any"
+    )
 
 
 class IngestResult(BaseModel):

@@ -37,7 +37,7 @@ def _iso(s: str) -> float:
         s = s[:-1] + "+00:00"
     frac = re.search(r"\.(\d{7,})", s)  # nanoseconds (RFC3339Nano): datetime takes 6 digits
     if frac:
-        s = s[: frac.start(1)] + frac.group(1)[:6] + s[frac.end(1):]
+        s = s[: frac.start(1)] + frac.group(1)[:6] + s[frac.end(1) :]
     try:
         dt = datetime.fromisoformat(s)
     except ValueError:
@@ -59,7 +59,7 @@ def parse_duration(value: str) -> float:
         pos = 0
         seconds = 0.0
         for m in _DURATION.finditer(s):
-            if s[pos:m.start()].strip():
+            if s[pos : m.start()].strip():
                 break
             seconds += float(m.group(1)) * _UNIT[m.group(2).lower()]
             pos = m.end()

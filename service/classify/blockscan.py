@@ -46,11 +46,45 @@ _ENVELOPE_START = frozenset("{0123456789")  # a line auto-detection may read as 
 # it: levels, traceback tokens and the failure vocabulary that sends a line to the model.
 # (and "pid=": a process prefix with a new pid starts a new run)
 STARTUP_WORDS = (
-    "error", "critical", "fatal", "panic", "emerg", "[e]", "exception", "exit", "interrupt",
-    "failure", "fault", "fail", "cannot", "can't", "unable to", "refused", "denied", "killed",
-    "segmentation", "core dumped", "abort", "timed out", "timeout", "out of memory", "no such",
-    "not found", "mismatch", "invalid", "xid", "warn", "traceback", 'file "', "during handling",
-    "the above exception", "process ", "wait", "^", "~", "pid=",
+    "error",
+    "critical",
+    "fatal",
+    "panic",
+    "emerg",
+    "[e]",
+    "exception",
+    "exit",
+    "interrupt",
+    "failure",
+    "fault",
+    "fail",
+    "cannot",
+    "can't",
+    "unable to",
+    "refused",
+    "denied",
+    "killed",
+    "segmentation",
+    "core dumped",
+    "abort",
+    "timed out",
+    "timeout",
+    "out of memory",
+    "no such",
+    "not found",
+    "mismatch",
+    "invalid",
+    "xid",
+    "warn",
+    "traceback",
+    'file "',
+    "during handling",
+    "the above exception",
+    "process ",
+    "wait",
+    "^",
+    "~",
+    "pid=",
 )
 SERVING_WORDS = ("throughput",)
 
@@ -124,10 +158,15 @@ def sniff(path: str) -> Format | None:
     return Format.RAW
 
 
-def classify_file(path: str, clf: Classifier, fmt: Format,
-                  on_block: Callable[[int], None] | None = None, *,
-                  decode_as: Format | str = Format.AUTO,
-                  year: int | None = None) -> tuple[str, dict[str, Incident]]:
+def classify_file(
+    path: str,
+    clf: Classifier,
+    fmt: Format,
+    on_block: Callable[[int], None] | None = None,
+    *,
+    decode_as: Format | str = Format.AUTO,
+    year: int | None = None,
+) -> tuple[str, dict[str, Incident]]:
     """Feed ``path`` (RAW or CRI, see :func:`sniff`) to ``clf`` by blocks; returns the stream
     key and the incidents its changes touched. ``on_block(bytes)`` reports progress; the
     selected lines are decoded as ``decode_as`` (the caller's format: auto-detected per line
@@ -151,8 +190,13 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
         nonlocal lines_in
         lines_in += 1
         cur = clf.streams.get(key)
-        if (plain and cur is not None and line[:1] not in _ENVELOPE_START
-                and len(line) <= MAX_LINE and "\r" not in line[-1:]):
+        if (
+            plain
+            and cur is not None
+            and line[:1] not in _ENVELOPE_START
+            and len(line) <= MAX_LINE
+            and "\r" not in line[-1:]
+        ):
             # a plain text line of a known stream: what decode_line + feed would do
             t = line_time(line, year) if cur.status == STARTING else None
             _collect(seen, clf.feed_text(cur, line, t))
@@ -170,8 +214,9 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
                 if line is not None:
                     feed(line)
             continue
-        if not scanner.usable or (fmt is Format.CRI and (" stdout P " in text
-                                                        or " stderr P " in text)):
+        if not scanner.usable or (
+            fmt is Format.CRI and (" stdout P " in text or " stderr P " in text)
+        ):
             for line in text.split("\n")[:-1]:
                 feed(line)
             continue
@@ -202,7 +247,7 @@ def classify_file(path: str, clf: Classifier, fmt: Format,
             pos = nl + 1
         last = text
     st = clf.state(key)
-    for line in reversed(last[-(1 << 16):].split("\n")):  # the last line that prints a time
+    for line in reversed(last[-(1 << 16) :].split("\n")):  # the last line that prints a time
         t = _time_of(line, fmt, year) if line.strip() else None
         if t is not None:
             if st.last_time is None or t > st.last_time:
@@ -217,12 +262,19 @@ def _feed_everything(clf: Classifier, st: Any) -> bool:
     if st.stage == "serving" and not st.shutting_down:
         return False
     inc = st.current()
-    return (inc is not None and len(inc.evidence) < MAX_EVIDENCE) or clf.has_open_traceback(
-        st.key)
+    return (inc is not None and len(inc.evidence) < MAX_EVIDENCE) or clf.has_open_traceback(st.key)
 
 
-def _skip(clf: Classifier, st: Any, text: str, a: int, b: int, serving: bool,
-          decode: Callable[[str], list[LogRecord]], year: int) -> None:
+def _skip(
+    clf: Classifier,
+    st: Any,
+    text: str,
+    a: int,
+    b: int,
+    serving: bool,
+    decode: Callable[[str], list[LogRecord]],
+    year: int,
+) -> None:
     """Lines ``text[a:b]`` hold nothing any rule looks at: count them, and keep the stream's
     clock, as the per-line path would (serving: every line; starting: every record with
     content, with its time)."""
@@ -248,8 +300,7 @@ def _skip(clf: Classifier, st: Any, text: str, a: int, b: int, serving: bool,
                     st.first_time = t
 
 
-def _text_blocks(path: str, on_block: Callable[[int], None] | None
-                 ) -> Iterator[str | bytes]:
+def _text_blocks(path: str, on_block: Callable[[int], None] | None) -> Iterator[str | bytes]:
     """Blocks of whole lines ("\\n"-terminated): text, or bytes for a block with NUL bytes
     or invalid UTF-8 (fed line by line, salvaged and counted as the per-line reader does)."""
     carry = b""

@@ -29,10 +29,17 @@ from service.records import LogRecord
 from service.taxonomy import STAGE_INDEX, later_stage, tier_of
 
 # Exceptions that are not failures in themselves.
-BENIGN_EXC = frozenset({
-    "KeyboardInterrupt", "SystemExit", "GeneratorExit", "CancelledError",
-    "asyncio.exceptions.CancelledError", "asyncio.CancelledError", "StopIteration",
-})
+BENIGN_EXC = frozenset(
+    {
+        "KeyboardInterrupt",
+        "SystemExit",
+        "GeneratorExit",
+        "CancelledError",
+        "asyncio.exceptions.CancelledError",
+        "asyncio.CancelledError",
+        "StopIteration",
+    }
+)
 MODEL_PRIORITY = 35
 UNKNOWN_PRIORITY = 10
 COMPAT_TIER = "compatibility"
@@ -68,8 +75,11 @@ _FAILURE_WORDS = re.compile(
 )
 # "waiting for ..." repeated this often in one stage, over at least this long when the lines
 # carry times, is a stall even before the stage's deadline (Ray placement, rendezvous, peers)
-_WAITING = re.compile(r"\b(?:waiting for|still waiting|waiting on|wait for .{0,40} to "
-                      r"(?:start|connect|join|be ready))\b", re.IGNORECASE)
+_WAITING = re.compile(
+    r"\b(?:waiting for|still waiting|waiting on|wait for .{0,40} to "
+    r"(?:start|connect|join|be ready))\b",
+    re.IGNORECASE,
+)
 WAIT_REPEATS = 5
 WAIT_MIN_SPAN_S = 120.0
 MAX_WORKLOADS = 100_000  # last-good facts kept in memory (least recently started go first)
@@ -133,8 +143,9 @@ class Classifier:
             self.streams[key] = st
         return st
 
-    def open_stream(self, key: str, meta: dict[str, Any] | None = None,
-                    time: float | None = None) -> tuple[StreamState, list[Change]]:
+    def open_stream(
+        self, key: str, meta: dict[str, Any] | None = None, time: float | None = None
+    ) -> tuple[StreamState, list[Change]]:
         """The stream ``key`` (created if new) and what its appearance changed: a container
         of a pod that logs was scheduled (its pod's placeholder hands over what it knew)."""
         fresh = key not in self.streams
@@ -171,8 +182,11 @@ class Classifier:
             return kube.feed(self, rec)
         st, changes = self.open_stream(rec.stream, rec.meta, rec.time)
         meta = rec.meta
-        if meta and (meta.get("container_id") != st.meta.get("container_id")
-                     or meta.get("image") != st.meta.get("image") or not st.facts):
+        if meta and (
+            meta.get("container_id") != st.meta.get("container_id")
+            or meta.get("image") != st.meta.get("image")
+            or not st.facts
+        ):
             old, new = st.meta.get("container_id"), meta.get("container_id")
             if old and new and old != new and (st.stage is not None or st.status != STARTING):
                 # a new container of the same pod (kubelet restarted it): a new run
@@ -249,11 +263,18 @@ class Classifier:
         st.last_line = line.text
         hits = self.rules.scan(line.message)
         # (pids are read on lines some rule looks at: the block scanner feeds only those)
-        looked_at = bool(hits.stages or hits.facts or hits.signatures or hits.ready
-                         or hits.serving or hits.shutdown)
-        if ((hits.run_start or (looked_at and self._restart_signal(st, line, bool(hits.stages),
-                                                                   time)))
-                and self._is_new_run(st)):
+        looked_at = bool(
+            hits.stages
+            or hits.facts
+            or hits.signatures
+            or hits.ready
+            or hits.serving
+            or hits.shutdown
+        )
+        if (
+            hits.run_start
+            or (looked_at and self._restart_signal(st, line, bool(hits.stages), time))
+        ) and self._is_new_run(st):
             self._new_run(st, changes, time)
         if looked_at and line.process == "APIServer" and line.pid is not None:
             st.extra.setdefault("api_pid", line.pid)
@@ -273,18 +294,27 @@ class Classifier:
                 st.status = SERVING
         if hits.shutdown:
             st.shutting_down = True
-            if line.message.startswith(("Application shutdown complete", "Finished server process")):
+            if line.message.startswith(
+                ("Application shutdown complete", "Finished server process")
+            ):
                 st.status = STOPPED if st.status != FAILED else FAILED
         for name, value in hits.facts:
             st.facts.setdefault(name, value)
         if hits.serving and "throughput" in line.message and not st.shutting_down:
             self._stats_checks(st, line.text, time, changes)
 
-        if (st.status == STARTING and not st.shutting_down and not hits.stages
-                and _WAITING.search(line.message[:300])):
+        if (
+            st.status == STARTING
+            and not st.shutting_down
+            and not hits.stages
+            and _WAITING.search(line.message[:300])
+        ):
             self._waiting(st, line, time, changes)
-        finding = (None if hits.benign and not hits.signatures
-                   else self._finding(st, line, hits.signatures, time))
+        finding = (
+            None
+            if hits.benign and not hits.signatures
+            else self._finding(st, line, hits.signatures, time)
+        )
         if finding is not None:
             inc = self._attach(st, finding, changes)
             self._refine[(st.key, line.proc_key)] = (finding, inc)
@@ -301,8 +331,9 @@ class Classifier:
             return False
         return st.status != STARTING or STAGE_INDEX[st.stage] >= STAGE_INDEX["distributed_init"]
 
-    def _restart_signal(self, st: StreamState, line: L.Line, stage_marker: bool,
-                        time: float | None) -> bool:
+    def _restart_signal(
+        self, st: StreamState, line: L.Line, stage_marker: bool, time: float | None
+    ) -> bool:
         """A new run without a banner: another API server process (a new pid), or a startup
         stage marker after a failed or stopped run went quiet (a later start)."""
         pid = st.extra.get("api_pid")
@@ -312,7 +343,8 @@ class Classifier:
             return False
         prev = self._prev_time
         return st.status == STOPPED or (
-            prev is not None and time is not None and time - prev >= RESTART_GAP_S)
+            prev is not None and time is not None and time - prev >= RESTART_GAP_S
+        )
 
     def _new_run(self, st: StreamState, changes: list[Change], time: float | None = None) -> None:
         if st.extra.get("pending"):  # the previous attempt ended without its root cause
@@ -329,19 +361,24 @@ class Classifier:
             st.extra.pop(key, None)
         _merge_meta(st, st.meta, self.rules)
 
-    def _advance(self, st: StreamState, stage: str, time: float | None,
-                 changes: list[Change]) -> None:
+    def _advance(
+        self, st: StreamState, stage: str, time: float | None, changes: list[Change]
+    ) -> None:
         if st.stage is not None and STAGE_INDEX[stage] <= STAGE_INDEX[st.stage]:
             return
         # Skipped stages are implied (a log never says every marker).
         start = STAGE_INDEX[st.stage] + 1 if st.stage else STAGE_INDEX[stage]
-        for s in list(STAGE_INDEX)[start:STAGE_INDEX[stage] + 1]:
+        for s in list(STAGE_INDEX)[start : STAGE_INDEX[stage] + 1]:
             st.timeline.setdefault(s, time if time is not None else st.seq)
         st.stage = stage
         st.last_stage_change = time
         for inc in list(st.incidents):
-            if (inc.run == st.run and inc.status == "open" and stalls.is_stall(inc.primary.rule)
-                    and STAGE_INDEX[stage] > STAGE_INDEX[inc.stage]):
+            if (
+                inc.run == st.run
+                and inc.status == "open"
+                and stalls.is_stall(inc.primary.rule)
+                and STAGE_INDEX[stage] > STAGE_INDEX[inc.stage]
+            ):
                 inc.status, inc.resolved_at = "resolved", time
                 inc.resolution = f"the stream moved on to {stage}"
                 st.incidents.remove(inc)
@@ -350,8 +387,9 @@ class Classifier:
                 changes.append(Change("resolved", inc))
         self._resolve_passed(st, time, changes)
 
-    def _resolve_passed(self, st: StreamState, time: float | None, changes: list[Change],
-                        ready: bool = False) -> None:
+    def _resolve_passed(
+        self, st: StreamState, time: float | None, changes: list[Change], ready: bool = False
+    ) -> None:
         """A later run (of this pod, or of the pod that replaced it) that gets past the
         failing stage resolves the incident."""
         mine = [i for i in st.incidents if i.run < st.run and "pending_restart_of" not in i.extra]
@@ -362,11 +400,13 @@ class Classifier:
             if ready or (st.stage and STAGE_INDEX[st.stage] > STAGE_INDEX[failed_at]):
                 inc.status = "resolved"
                 inc.resolved_at = time
-                who = "the workload" if inc.stream == st.key else \
-                    f"the workload (pod {st.meta.get('pod') or st.key})"
-                inc.resolution = (
-                    f"run {st.run} of {who} got past {inc.stage}"
-                    + (" and is ready" if ready else f" (reached {st.stage})")
+                who = (
+                    "the workload"
+                    if inc.stream == st.key
+                    else f"the workload (pod {st.meta.get('pod') or st.key})"
+                )
+                inc.resolution = f"run {st.run} of {who} got past {inc.stage}" + (
+                    " and is ready" if ready else f" (reached {st.stage})"
                 )
                 owner = st if inc.stream == st.key else self.streams.get(inc.stream)
                 if owner is not None and inc in owner.incidents:
@@ -374,8 +414,9 @@ class Classifier:
                 changes.append(Change("resolved", inc))
 
     # ---- findings ------------------------------------------------------------------
-    def _finding(self, st: StreamState, line: L.Line, sigs: list[tuple[Signature, Any]],
-                 time: float | None) -> Finding | None:
+    def _finding(
+        self, st: StreamState, line: L.Line, sigs: list[tuple[Signature, Any]], time: float | None
+    ) -> Finding | None:
         hint = st.frame_hint.get(line.proc_key)
         if sigs and line.level is not None:
             sigs = [h for h in sigs if h[0].levels is None or line.level in h[0].levels]
@@ -383,25 +424,36 @@ class Classifier:
             sig = sigs[0][0]
             if st.shutting_down and sig.role in ("cascade", "symptom", "warning"):
                 return None
-            stage, source = self._stage_for(st, sig.category, sig.stage, sig.default_stage, hint,
-                                            line)
+            stage, source = self._stage_for(
+                st, sig.category, sig.stage, sig.default_stage, hint, line
+            )
             if sig.min_stage and source != "rule":
                 stage = later_stage(stage, sig.min_stage) or stage
             category = sig.category_by_stage.get(stage, sig.category)
             if self.model is not None and sig.role == "cause" and self._error_like(line):
                 self._check_disagreement(line, category)
             return Finding(
-                tier=tier_of(category), category=category, stage=stage,
-                confidence=sig.confidence, method="signature", rule=sig.id, line=line.text,
-                role=sig.role, priority=sig.priority, seq=st.seq, time=time,
-                process=line.process, remediation=sig.remediation or self._first_move(category),
+                tier=tier_of(category),
+                category=category,
+                stage=stage,
+                confidence=sig.confidence,
+                method="signature",
+                rule=sig.id,
+                line=line.text,
+                role=sig.role,
+                priority=sig.priority,
+                seq=st.seq,
+                time=time,
+                process=line.process,
+                remediation=sig.remediation or self._first_move(category),
                 stage_source=source,
             )
         strength = self._error_like(line)
         if strength is None or st.shutting_down:
             return None
-        template, novel = (self.novelty.observe(line.message) if self.novelty
-                           else (mask(line.message), False))
+        template, novel = (
+            self.novelty.observe(line.message) if self.novelty else (mask(line.message), False)
+        )
         if self.model is not None:
             self.model_calls += 1
             pred = self.model.predict(line.message)
@@ -410,11 +462,22 @@ class Classifier:
             if cat not in ("healthy", "unknown"):
                 stage, source = self._stage_for(st, cat, None, None, hint, line)
                 return Finding(
-                    tier=tier_of(cat), category=cat, stage=stage,
-                    confidence=float(pred.probability), method="model", rule=None,
-                    line=line.text, role="symptom", priority=MODEL_PRIORITY, seq=st.seq,
-                    time=time, process=line.process, remediation=self._first_move(cat),
-                    template=template, novel=novel, stage_source=source,
+                    tier=tier_of(cat),
+                    category=cat,
+                    stage=stage,
+                    confidence=float(pred.probability),
+                    method="model",
+                    rule=None,
+                    line=line.text,
+                    role="symptom",
+                    priority=MODEL_PRIORITY,
+                    seq=st.seq,
+                    time=time,
+                    process=line.process,
+                    remediation=self._first_move(cat),
+                    template=template,
+                    novel=novel,
+                    stage_source=source,
                 )
             if cat == "healthy":
                 return None
@@ -422,10 +485,21 @@ class Classifier:
             return None
         stage, source = self._stage_for(st, "unknown", None, None, hint, line)
         return Finding(
-            tier="other", category="unknown", stage=stage,
-            confidence=0.3, method="heuristic", rule=None, line=line.text, role="symptom",
-            priority=UNKNOWN_PRIORITY, seq=st.seq, time=time, process=line.process,
-            remediation=self._first_move("unknown"), template=template, novel=novel,
+            tier="other",
+            category="unknown",
+            stage=stage,
+            confidence=0.3,
+            method="heuristic",
+            rule=None,
+            line=line.text,
+            role="symptom",
+            priority=UNKNOWN_PRIORITY,
+            seq=st.seq,
+            time=time,
+            process=line.process,
+            remediation=self._first_move("unknown"),
+            template=template,
+            novel=novel,
             stage_source=source,
         )
 
@@ -434,13 +508,21 @@ class Classifier:
         """``exception`` for exception lines, ``error`` for ERROR-level lines, else None."""
         if line.kind == L.EXCEPTION:
             return None if line.exc in BENIGN_EXC else "exception"
-        if line.level in ("ERROR", "CRITICAL") and line.kind in (L.VLLM, L.PLAIN, L.TORCH,
-                                                                 L.NCCL, L.UVICORN):
+        if line.level in ("ERROR", "CRITICAL") and line.kind in (
+            L.VLLM,
+            L.PLAIN,
+            L.TORCH,
+            L.NCCL,
+            L.UVICORN,
+        ):
             return "error"
         if line.kind == L.NCCL and line.level == "WARNING":
             return "error"
-        if line.kind == L.PLAIN and line.level is None and _FAILURE_WORDS.search(
-                line.message[:300]):
+        if (
+            line.kind == L.PLAIN
+            and line.level is None
+            and _FAILURE_WORDS.search(line.message[:300])
+        ):
             return "error"  # another program's failure without a level: the model decides
         return None
 
@@ -453,9 +535,15 @@ class Classifier:
 
             DISAGREEMENTS.inc()
 
-    def _stage_for(self, st: StreamState, category: str, fixed: str | None,
-                   default: str | None, hint: str | None,
-                   line: L.Line | None = None) -> tuple[str, str]:
+    def _stage_for(
+        self,
+        st: StreamState,
+        category: str,
+        fixed: str | None,
+        default: str | None,
+        hint: str | None,
+        line: L.Line | None = None,
+    ) -> tuple[str, str]:
         """(stage, how it was decided): the rule's rung, else the latest of the stage the
         stream reached, the traceback's hint and what the failing line itself shows (a
         request, its logger's file), else a per-category default."""
@@ -472,11 +560,11 @@ class Classifier:
                 best, source = stage, how
         if best is not None:
             return best, source
-        return (default or self.rules.stage_rules.default_stage.get(category)
-                or "distributed_init"), "default"
+        return (
+            default or self.rules.stage_rules.default_stage.get(category) or "distributed_init"
+        ), "default"
 
-    def _frame_hint(self, st: StreamState, proc: str, hint: str,
-                    changes: list[Change]) -> None:
+    def _frame_hint(self, st: StreamState, proc: str, hint: str, changes: list[Change]) -> None:
         """Deepest specific frame wins; ``serving`` loops only when nothing else hints."""
         cur = st.frame_hint.get(proc)
         if hint != "serving" or cur is None:
@@ -500,8 +588,9 @@ class Classifier:
         if inc is not None and inc.primary is f and inc.status == "open":
             if category != f.category:
                 f.category, f.tier = category, tier_of(category)
-                f.remediation = (sig.remediation if sig and sig.remediation
-                                 else self._first_move(category))
+                f.remediation = (
+                    sig.remediation if sig and sig.remediation else self._first_move(category)
+                )
                 changes.append(Change("updated", inc))
             else:
                 changes.append(Change("evidence", inc))
@@ -516,8 +605,17 @@ class Classifier:
     def _attach(self, st: StreamState, f: Finding, changes: list[Change]) -> Incident | None:
         severity = "warning" if f.role == "warning" else "critical"
         if severity == "warning":
-            inc = next((i for i in st.incidents if i.severity == "warning" and i.run == st.run
-                        and i.primary.rule == f.rule and i.status == "open"), None)
+            inc = next(
+                (
+                    i
+                    for i in st.incidents
+                    if i.severity == "warning"
+                    and i.run == st.run
+                    and i.primary.rule == f.rule
+                    and i.status == "open"
+                ),
+                None,
+            )
         else:
             inc = st.current(severity)
         if inc is None:
@@ -536,15 +634,28 @@ class Classifier:
             changes.append(Change("evidence", inc))
         return inc
 
-    def _open(self, st: StreamState, f: Finding, severity: str, changes: list[Change], *,
-              previous: Incident | None = None, pending: bool = False) -> Incident:
+    def _open(
+        self,
+        st: StreamState,
+        f: Finding,
+        severity: str,
+        changes: list[Change],
+        *,
+        previous: Incident | None = None,
+        pending: bool = False,
+    ) -> Incident:
         """A new incident of this run (``pending``: a restart's, not announced until it is
         judged a new failure rather than the same one again)."""
         # (two warnings judged on one stats line are two incidents: the rule is in the id)
         key = f.line if severity == "critical" else f"{f.rule}|{f.line}"
         inc = Incident(
-            id=Incident.make_id(st.key, st.run, f.seq, key), stream=st.key, run=st.run,
-            primary=f, severity=severity, meta=dict(st.meta), opened_at=f.time,
+            id=Incident.make_id(st.key, st.run, f.seq, key),
+            stream=st.key,
+            run=st.run,
+            primary=f,
+            severity=severity,
+            meta=dict(st.meta),
+            opened_at=f.time,
             updated_at=f.time,
         )
         inc.note(f.line)
@@ -561,12 +672,15 @@ class Classifier:
         if previous is not None:
             inc.extra["after_restart_of"] = _link(previous)
         elif last and last.get("run", st.run) < st.run:
-            inc.extra["after_restart_of"] = {k: v for k, v in last.items()
-                                          if k not in ("run", "started")}
+            inc.extra["after_restart_of"] = {
+                k: v for k, v in last.items() if k not in ("run", "started")
+            }
         if pending:
             inc.extra["pending_restart_of"] = previous.id if previous else None
-            st.extra["pending"] = {"incident": inc.id,
-                                   "since": f.time if f.time is not None else st.last_time}
+            st.extra["pending"] = {
+                "incident": inc.id,
+                "since": f.time if f.time is not None else st.last_time,
+            }
             return inc
         self._announce(st, inc, changes)
         return inc
@@ -582,8 +696,14 @@ class Classifier:
         those of a pod this one replaced (same workload on the same node, and Kubernetes
         said the other pod ended or this one was created after it failed:
         :mod:`service.classify.restarts`)."""
-        mine = [i for i in st.incidents if i.status == "open" and i.severity == "critical"
-                and i.run < st.run and "pending_restart_of" not in i.extra]
+        mine = [
+            i
+            for i in st.incidents
+            if i.status == "open"
+            and i.severity == "critical"
+            and i.run < st.run
+            and "pending_restart_of" not in i.extra
+        ]
         mine.sort(key=lambda i: i.run, reverse=True)
         return mine + self._replaced_priors(st)
 
@@ -597,8 +717,11 @@ class Classifier:
             if key == st.key:
                 continue
             other = self.streams.get(key)  # memory only: an evicted pod is not followed
-            inc = next((i for i in other.incidents if i.id == iid and i.status == "open"),
-                       None) if other is not None else None
+            inc = (
+                next((i for i in other.incidents if i.id == iid and i.status == "open"), None)
+                if other is not None
+                else None
+            )
             if inc is None:
                 del ids[iid]
                 continue
@@ -619,8 +742,9 @@ class Classifier:
         while len(self.units) > MAX_WORKLOADS:
             del self.units[next(iter(self.units))]
 
-    def _restarted(self, st: StreamState, f: Finding, priors: list[Incident],
-                   changes: list[Change]) -> Incident:
+    def _restarted(
+        self, st: StreamState, f: Finding, priors: list[Incident], changes: list[Change]
+    ) -> Incident:
         """The first failure of a restarted run: the same failure again (the prior incident
         counts a restart), a different one (a new incident linked to the prior), or, while
         only a cascade or an unknown error is known, not decided yet."""
@@ -661,8 +785,15 @@ class Classifier:
                 self._refine[key] = (f, same)
         self._fold(st, inc.primary, same, changes, inc.related, at=inc.opened_at)
 
-    def _fold(self, st: StreamState, f: Finding, prior: Incident, changes: list[Change],
-              others: Iterable[Finding] = (), at: float | None = None) -> Incident:
+    def _fold(
+        self,
+        st: StreamState,
+        f: Finding,
+        prior: Incident,
+        changes: list[Change],
+        others: Iterable[Finding] = (),
+        at: float | None = None,
+    ) -> Incident:
         """The workload failed the same way again: one more restart of ``prior`` (moved to
         this stream when a replacement pod failed), a crash loop at the configured count.
         Only the change into a crash loop (or a new root cause) is notified."""
@@ -670,10 +801,17 @@ class Classifier:
         if "attempts" not in prior.extra:  # the first restart: the first attempt too
             home = st if prior.stream == st.key else self.streams.get(prior.stream)
             first = (home.extra.get("last_failure") or {}) if home is not None else {}
-            prior.extra["attempts"] = [_attempt(
-                1, prior.run, prior.stream, prior.meta,
-                first.get("started") if first.get("id") == prior.id else None,
-                prior.opened_at, prior.stage)]
+            prior.extra["attempts"] = [
+                _attempt(
+                    1,
+                    prior.run,
+                    prior.stream,
+                    prior.meta,
+                    first.get("started") if first.get("id") == prior.id else None,
+                    prior.opened_at,
+                    prior.stage,
+                )
+            ]
         attempts = prior.extra["attempts"]
         if prior.stream != st.key:
             also = (prior.stream,)
@@ -686,9 +824,10 @@ class Classifier:
         prior.restarts += 1
         prior.run = st.run
         at = f.time if at is None else at
-        attempts.append(_attempt(prior.restarts + 1, st.run, st.key, st.meta, st.first_time,
-                                 at, f.stage))
-        del attempts[1:-(MAX_ATTEMPTS_KEPT - 1)]  # the first attempt and the latest ones
+        attempts.append(
+            _attempt(prior.restarts + 1, st.run, st.key, st.meta, st.first_time, at, f.stage)
+        )
+        del attempts[1 : -(MAX_ATTEMPTS_KEPT - 1)]  # the first attempt and the latest ones
         prior.updated_at = at
         prior.timeline = dict(st.timeline)
         kind = "evidence"
@@ -716,7 +855,8 @@ class Classifier:
             f"crash loop: failed the same way {attempts} times ("
             f"{inc.restarts} restart{'s' if inc.restarts != 1 else ''}); "
             + ("restarting will not help: " if not helps else "restarting has not helped: ")
-            + why)
+            + why
+        )
 
     def _implied_stage(self, inc: Incident, f: Finding, changes: list[Change]) -> None:
         """A cascade that shows where things were (e.g. the API server's output handler
@@ -730,19 +870,22 @@ class Classifier:
         category = psig.category_by_stage.get(p.stage, psig.category) if psig else p.category
         if category != p.category:
             p.category, p.tier = category, tier_of(category)
-            p.remediation = (psig.remediation if psig and psig.remediation
-                             else self._first_move(category))
+            p.remediation = (
+                psig.remediation if psig and psig.remediation else self._first_move(category)
+            )
             changes.append(Change("updated", inc))
 
     def _refresh(self, st: StreamState, inc: Incident) -> None:
         inc.facts = dict(st.facts)
         inc.timeline = dict(st.timeline)
-        inc.explanation = (explain_compatibility(st.facts, self.rules.cuda)
-                           if inc.tier == COMPAT_TIER else None)
+        inc.explanation = (
+            explain_compatibility(st.facts, self.rules.cuda) if inc.tier == COMPAT_TIER else None
+        )
         if inc.severity == "warning":
             self._warning_advice(inc)
-            inc.extra["playbook"] = playbook_for(inc.category, self.playbook, st.facts,
-                                                 rule=inc.primary.rule)
+            inc.extra["playbook"] = playbook_for(
+                inc.category, self.playbook, st.facts, rule=inc.primary.rule
+            )
         else:
             inc.extra["playbook"] = playbook_for(inc.category, self.playbook, st.facts)
         changed = diff_facts(st.last_good_facts, st.facts)
@@ -759,66 +902,114 @@ class Classifier:
         sig = self.rules.signature(p.rule) if p.rule else None
         if own and own["first_move"]:
             p.remediation = own["first_move"]
-        inc.explanation = ((own or {}).get("explanation")
-                           or (" ".join(sig.description.split()) if sig and sig.description
-                               else None))
+        inc.explanation = (own or {}).get("explanation") or (
+            " ".join(sig.description.split()) if sig and sig.description else None
+        )
         if not p.detail:
             p.detail = serving_stats.line_detail(p.rule, L.clean(p.line))
 
     # ---- judgements beyond single lines ------------------------------------------------
-    def _judgement(self, st: StreamState, rule: str, category: str, detail: str, line: str,
-                   time: float | None, changes: list[Change], role: str = "warning",
-                   stage: str | None = None) -> None:
+    def _judgement(
+        self,
+        st: StreamState,
+        rule: str,
+        category: str,
+        detail: str,
+        line: str,
+        time: float | None,
+        changes: list[Change],
+        role: str = "warning",
+        stage: str | None = None,
+    ) -> None:
         f = Finding(
-            tier=tier_of(category), category=category, stage=stage or st.stage or "serving",
-            confidence=0.8, method="heuristic", rule=rule, line=line, role=role,
-            priority=5 if role == "warning" else 15, seq=st.seq, time=time,
-            remediation=self._first_move(category), detail=detail,
+            tier=tier_of(category),
+            category=category,
+            stage=stage or st.stage or "serving",
+            confidence=0.8,
+            method="heuristic",
+            rule=rule,
+            line=line,
+            role=role,
+            priority=5 if role == "warning" else 15,
+            seq=st.seq,
+            time=time,
+            remediation=self._first_move(category),
+            detail=detail,
         )
         self._attach(st, f, changes)
 
-    def _waiting(self, st: StreamState, line: L.Line, time: float | None,
-                 changes: list[Change]) -> None:
+    def _waiting(
+        self, st: StreamState, line: L.Line, time: float | None, changes: list[Change]
+    ) -> None:
         """The same "waiting for ..." line again and again in one stage, with no progress
         in between, is a hang written in the text (also in an offline log)."""
         template = mask(line.message)[:200]
         w = st.extra.get("waiting")
         if not w or w.get("template") != template or w.get("stage") != st.stage:
-            st.extra["waiting"] = {"template": template, "stage": st.stage, "count": 1,
-                                   "first": time}
+            st.extra["waiting"] = {
+                "template": template,
+                "stage": st.stage,
+                "count": 1,
+                "first": time,
+            }
             return
         w["count"] += 1
         span = (time - w["first"]) if time is not None and w.get("first") is not None else None
-        if w["count"] < WAIT_REPEATS or (span is not None and span < WAIT_MIN_SPAN_S) \
-                or st.current() is not None:
+        if (
+            w["count"] < WAIT_REPEATS
+            or (span is not None and span < WAIT_MIN_SPAN_S)
+            or st.current() is not None
+        ):
             return
         stage = st.stage or "distributed_init"
         category = stalls.STALL_CATEGORY.get(stage, "unknown")
         quiet = f" over {span / 60:.1f} min" if span is not None else ""
         self._judgement(
-            st, f"{stalls.STALL_PREFIX}{stage}", category,
+            st,
+            f"{stalls.STALL_PREFIX}{stage}",
+            category,
             f"stuck in {stage}: the same wait repeated {w['count']} times{quiet} with no "
-            f"progress: {line.message[:300]}", line.text, time, changes, role="symptom",
-            stage=stage)
+            f"progress: {line.message[:300]}",
+            line.text,
+            time,
+            changes,
+            role="symptom",
+            stage=stage,
+        )
         inc = st.current()
         if inc is not None:
             inc.extra["stall"] = True
 
-    def _startup_checks(self, st: StreamState, line: L.Line, time: float | None,
-                        changes: list[Change]) -> None:
+    def _startup_checks(
+        self, st: StreamState, line: L.Line, time: float | None, changes: list[Change]
+    ) -> None:
         model = st.facts.get("model", "")
-        if "kimi-k3" in model.lower().replace("_", "-") and st.facts.get("enable_prefix_caching") != "True":
-            self._judgement(st, "prefix-caching-off-kimi-k3", "config_error",
-                            "Kimi K3 runs without --enable-prefix-caching (off by default for it): "
-                            "shared prompts are recomputed", line.text, time, changes)
+        if (
+            "kimi-k3" in model.lower().replace("_", "-")
+            and st.facts.get("enable_prefix_caching") != "True"
+        ):
+            self._judgement(
+                st,
+                "prefix-caching-off-kimi-k3",
+                "config_error",
+                "Kimi K3 runs without --enable-prefix-caching (off by default for it): "
+                "shared prompts are recomputed",
+                line.text,
+                time,
+                changes,
+            )
 
-    def _stats_checks(self, st: StreamState, text: str, time: float | None,
-                      changes: list[Change]) -> None:
+    def _stats_checks(
+        self, st: StreamState, text: str, time: float | None, changes: list[Change]
+    ) -> None:
         # a 0% hit rate matters where prefix caching was asked for: vLLM V1 turns it on by
         # default, so with the non-default args known, only an explicit flag expects hits
         args = st.facts.get("non_default_args")
-        expected = ("'enable_prefix_caching': True" in args if args is not None
-                    else st.facts.get("enable_prefix_caching") == "True")
+        expected = (
+            "'enable_prefix_caching': True" in args
+            if args is not None
+            else st.facts.get("enable_prefix_caching") == "True"
+        )
         state = st.extra.setdefault("stats", {})
         for j in serving_stats.judge(text, state, expected):
             self._judgement(st, j.rule, j.category, j.detail, L.clean(text), time, changes)
@@ -865,12 +1056,23 @@ class Classifier:
             stage, source = self._stage_for(st, category, None, None, hint)
             last = next((t for t in reversed(tb) if t.startswith("File ")), tb[-1])
             f = Finding(
-                tier=tier_of(category), category=category, stage=stage, confidence=confidence,
-                method=method, rule="truncated-traceback", line=last, role="symptom",
-                priority=UNKNOWN_PRIORITY, seq=st.seq, time=st.last_time, process=None,
-                remediation=self._first_move(category), stage_source=source,
+                tier=tier_of(category),
+                category=category,
+                stage=stage,
+                confidence=confidence,
+                method=method,
+                rule="truncated-traceback",
+                line=last,
+                role="symptom",
+                priority=UNKNOWN_PRIORITY,
+                seq=st.seq,
+                time=st.last_time,
+                process=None,
+                remediation=self._first_move(category),
+                stage_source=source,
                 detail="the traceback ends before its exception line; "
-                       f"inferred from {len(tb)} frame/source lines")
+                f"inferred from {len(tb)} frame/source lines",
+            )
             self._attach(st, f, changes)
         if st.extra.get("pending"):
             self._settle(st, changes, final=True)
@@ -886,9 +1088,16 @@ class Classifier:
             return
         category = stalls.STALL_CATEGORY.get(st.stage or "", "unknown")
         self._judgement(
-            st, f"{stalls.STALL_PREFIX}{st.stage}", category,
+            st,
+            f"{stalls.STALL_PREFIX}{st.stage}",
+            category,
             f"stalled in {st.stage} for {waited / 60:.0f} min; last line: {st.last_line[:300]}",
-            st.last_line, now, changes, role="symptom", stage=st.stage)
+            st.last_line,
+            now,
+            changes,
+            role="symptom",
+            stage=st.stage,
+        )
         inc = st.current()
         if inc is not None:
             inc.extra["stall"] = True
@@ -905,15 +1114,27 @@ class Classifier:
 
 def _link(inc: Incident) -> dict[str, Any]:
     """How a later incident names the one before it."""
-    return {"id": inc.id, "category": inc.category, "stage": inc.stage,
-            "restarts": inc.restarts}
+    return {"id": inc.id, "category": inc.category, "stage": inc.stage, "restarts": inc.restarts}
 
 
-def _attempt(n: int, run: int, stream: str, meta: dict[str, Any], started: float | None,
-             failed: float | None, stage: str) -> dict[str, Any]:
+def _attempt(
+    n: int,
+    run: int,
+    stream: str,
+    meta: dict[str, Any],
+    started: float | None,
+    failed: float | None,
+    stage: str,
+) -> dict[str, Any]:
     """One failed start in an incident's ``extra.attempts`` timeline."""
-    out: dict[str, Any] = {"attempt": n, "run": run, "stream": stream, "started": started,
-                           "failed": failed, "stage": stage}
+    out: dict[str, Any] = {
+        "attempt": n,
+        "run": run,
+        "stream": stream,
+        "started": started,
+        "failed": failed,
+        "stage": stage,
+    }
     for key in ("pod", "container_id", "node"):
         if meta.get(key):
             out[key] = meta[key]

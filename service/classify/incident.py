@@ -65,8 +65,11 @@ class Incident:
                 self.related.insert(0, old)
             del self.related[MAX_RELATED:]
             return True
-        if (len(self.related) < MAX_RELATED and key != _cascade_key(self.primary)
-                and not any(_cascade_key(r) == key for r in self.related)):
+        if (
+            len(self.related) < MAX_RELATED
+            and key != _cascade_key(self.primary)
+            and not any(_cascade_key(r) == key for r in self.related)
+        ):
             self.related.append(finding)
         return False
 
@@ -96,8 +99,14 @@ class Incident:
             "explanation": self.explanation,
             "evidence": list(self.evidence),
             "related": [
-                {"category": r.category, "rule": r.rule, "role": r.role, "method": r.method,
-                 "stage": r.stage, "line": r.line}
+                {
+                    "category": r.category,
+                    "rule": r.rule,
+                    "role": r.role,
+                    "method": r.method,
+                    "stage": r.stage,
+                    "line": r.line,
+                }
                 for r in self.related
             ],
             "restarts": self.restarts,
@@ -109,14 +118,24 @@ class Incident:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "id": self.id, "stream": self.stream, "run": self.run,
+            "id": self.id,
+            "stream": self.stream,
+            "run": self.run,
             "primary": self.primary.to_dict(),
             "related": [r.to_dict() for r in self.related],
-            "status": self.status, "severity": self.severity, "facts": self.facts,
-            "timeline": self.timeline, "evidence": self.evidence, "meta": self.meta,
-            "explanation": self.explanation, "opened_at": self.opened_at,
-            "updated_at": self.updated_at, "resolved_at": self.resolved_at,
-            "resolution": self.resolution, "restarts": self.restarts, "extra": self.extra,
+            "status": self.status,
+            "severity": self.severity,
+            "facts": self.facts,
+            "timeline": self.timeline,
+            "evidence": self.evidence,
+            "meta": self.meta,
+            "explanation": self.explanation,
+            "opened_at": self.opened_at,
+            "updated_at": self.updated_at,
+            "resolved_at": self.resolved_at,
+            "resolution": self.resolution,
+            "restarts": self.restarts,
+            "extra": self.extra,
         }
 
     @classmethod

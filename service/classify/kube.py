@@ -58,8 +58,9 @@ def _rank(st: StreamState) -> tuple[bool, float, int]:
 
 
 def _open_critical(st: StreamState) -> Incident | None:
-    return next((i for i in reversed(st.incidents)
-                 if i.status == "open" and i.severity == "critical"), None)
+    return next(
+        (i for i in reversed(st.incidents) if i.status == "open" and i.severity == "critical"), None
+    )
 
 
 def feed(clf: Classifier, rec: LogRecord) -> list[Change]:
@@ -104,9 +105,11 @@ def feed(clf: Classifier, rec: LogRecord) -> list[Change]:
             inc.extra["crash_loop"] = True
             inc.extra["crash_loop_source"] = "kubernetes"
             inc.extra["restart_helps"] = helps
-            inc.extra["note"] = ("crash loop: Kubernetes backs off restarting the container; "
-                                 + ("restarting will not help: " if not helps
-                                    else "restarting has not helped: ") + why)
+            inc.extra["note"] = (
+                "crash loop: Kubernetes backs off restarting the container; "
+                + ("restarting will not help: " if not helps else "restarting has not helped: ")
+                + why
+            )
             inc.updated_at = time
             changes.append(Change("updated", inc))
         else:

@@ -36,21 +36,25 @@ def check_pin(models_dir: Path, pinned: Mapping[str, str]) -> None:
         except OSError as exc:
             raise ArtifactError(f"pinned model file not readable: {exc}") from exc
         if actual != digest:
-            raise ArtifactError(f"{models_dir / name} is not the shipped file (sha256 "
-                                f"{actual[:12]}… != pinned {digest[:12]}…); refusing to load it")
+            raise ArtifactError(
+                f"{models_dir / name} is not the shipped file (sha256 "
+                f"{actual[:12]}… != pinned {digest[:12]}…); refusing to load it"
+            )
 
 
 def write_pin(models_dir: Path, names: tuple[str, ...] = tuple(PINNED)) -> None:
     """Pin the files of ``models_dir`` in the package (the training script calls this)."""
-    lines = [f'    "{n}": "{hashlib.sha256((models_dir / n).read_bytes()).hexdigest()}",'
-             for n in names]
+    lines = [
+        f'    "{n}": "{hashlib.sha256((models_dir / n).read_bytes()).hexdigest()}",' for n in names
+    ]
     text = PIN_FILE.read_text(encoding="utf-8")
     head = text[: text.index("PINNED = {")]
     PIN_FILE.write_text(head + "PINNED = {\n" + "\n".join(lines) + "\n}\n", encoding="utf-8")
 
 
-def load_text_model(models_dir: Path = MODELS_DIR, *, strict: bool = False,
-                    pinned: Mapping[str, str] | None = None) -> TextModel | None:
+def load_text_model(
+    models_dir: Path = MODELS_DIR, *, strict: bool = False, pinned: Mapping[str, str] | None = None
+) -> TextModel | None:
     """The verified model, or None (signatures only) when it is absent or, unless
     ``strict``, when it fails verification. The shipped directory is checked against the
     pinned digests; another directory (``pinned`` None) against its own manifest only."""
@@ -75,9 +79,14 @@ def load_text_model(models_dir: Path = MODELS_DIR, *, strict: bool = False,
     return model
 
 
-def build_classifier(use_model: bool = True, rules_dir: Path = RULES_DIR,
-                     models_dir: Path = MODELS_DIR, rulebook: RuleBook | None = None,
-                     **kwargs: object) -> Classifier:
+def build_classifier(
+    use_model: bool = True,
+    rules_dir: Path = RULES_DIR,
+    models_dir: Path = MODELS_DIR,
+    rulebook: RuleBook | None = None,
+    **kwargs: object,
+) -> Classifier:
     model = load_text_model(models_dir) if use_model else None
-    return Classifier(rulebook or RuleBook(rules_dir), text_model=model, novelty=NoveltyDetector(),
-                      **kwargs)  # type: ignore[arg-type]
+    return Classifier(
+        rulebook or RuleBook(rules_dir), text_model=model, novelty=NoveltyDetector(), **kwargs
+    )  # type: ignore[arg-type]

@@ -24,8 +24,18 @@ import re
 __all__ = ["mask", "PLACEHOLDERS"]
 
 PLACEHOLDERS = (
-    "<UUID>", "<URL>", "<TS>", "<IP>", "<HOST>", "<PATH>", "<MODEL>",
-    "<VER>", "<SIZE>", "<DUR>", "<HEX>", "<NUM>",
+    "<UUID>",
+    "<URL>",
+    "<TS>",
+    "<IP>",
+    "<HOST>",
+    "<PATH>",
+    "<MODEL>",
+    "<VER>",
+    "<SIZE>",
+    "<DUR>",
+    "<HEX>",
+    "<NUM>",
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -42,15 +52,36 @@ _TS = re.compile(
 # torch c10 log prefix "[E321 02:07:08.408271257 File.cpp:N]": keep the severity letter
 _C10_TS = re.compile(r"\[([EWIF])\d{3,4} \d{2}:\d{2}:\d{2}\.\d+")
 _IPV4 = re.compile(r"(?<![\w.])(?:::ffff:)?(?:\d{1,3}\.){3}\d{1,3}(?::\d{1,5}|<\d{1,5}>)?(?![\w.])")
-_IPV6 = re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])|(?<![\w:])::(?:ffff|1)\b")
+_IPV6 = re.compile(
+    r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])|(?<![\w:])::(?:ffff|1)\b"
+)
 # NCCL's own prefix "host:pid:tid [dev] NCCL ..." and libmlx5's "mlx5: host: got completion"
 _NCCL_HOST = re.compile(r"(?m)(?:^|(?<=\] ))[A-Za-z0-9][\w.-]*:\d+:\d+ (?=\[\d+\])")
 _MLX5_HOST = re.compile(r"\bmlx5: [\w.-]+:")
 _HOST_KV = re.compile(r"\b(host(?:name)?|node)([=:] ?)[A-Za-z][\w.-]*[\w]", re.IGNORECASE)
 # '/a/b/c.py' -> '<PATH>/c.py' (source/library file names are informative), '/dev/shm/x' -> <PATH>
 _KEEP_EXT = (
-    "py", "so", "cc", "cpp", "cu", "cuh", "h", "hpp", "c", "json", "safetensors", "bin",
-    "pt", "pth", "gguf", "yaml", "yml", "txt", "model", "tiktoken", "jinja",
+    "py",
+    "so",
+    "cc",
+    "cpp",
+    "cu",
+    "cuh",
+    "h",
+    "hpp",
+    "c",
+    "json",
+    "safetensors",
+    "bin",
+    "pt",
+    "pth",
+    "gguf",
+    "yaml",
+    "yml",
+    "txt",
+    "model",
+    "tiktoken",
+    "jinja",
 )
 _PATH = re.compile(
     r"(?<![\w<>/.])(?:~|\.{1,2})?(?:/[\w.@+-]+){2,}/?"
@@ -58,22 +89,20 @@ _PATH = re.compile(
 )
 # the directory segments after the "../" run never start with "." (else "../" is ambiguous
 # between the two groups and a line of "../../.." backtracks cubically)
-_REL_SRC = re.compile(
-    r"(?<![\w/<>.])(?:\.\./)+(?:[\w-][\w.-]*/)+([\w.-]+\.(?:cc|cpp|h|hpp|cu|py))"
-)
+_REL_SRC = re.compile(r"(?<![\w/<>.])(?:\.\./)+(?:[\w-][\w.-]*/)+([\w.-]+\.(?:cc|cpp|h|hpp|cu|py))")
 _QUOTED_MODEL = re.compile(r"""(['"`])[\w.-]+/[\w.:-]+\1""")
 _VER = re.compile(
     r"(?<![\w.])v?\d+\.\d+\.\d+(?:\.\d+)*(?:[.+-]?(?:post|dev|rc|a|b)\d*)*(?:\+[\w.]+)?(?![\w])"
     r"|(?<![\w.])v\d+\.\d+(?![\w.])"
 )
-_SIZE = re.compile(
-    r"(?<![\w.])\d+(?:\.\d+)?(?:,\d{3})* ?(?:[KMGTP]i?B|bytes?|[KMGT]B|[kmgt]b)\b"
-)
+_SIZE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?:,\d{3})* ?(?:[KMGTP]i?B|bytes?|[KMGT]B|[kmgt]b)\b")
 _DUR = re.compile(
     r"(?<![\w.])\d+(?:\.\d+)? ?(?:ms|milliseconds?|seconds?|secs?|s/it|it/s|minutes?|mins?|hours?|s)\b"
     r"|\[\d{2}:\d{2}(?::\d{2})?<(?:\d{2}:\d{2}(?::\d{2})?|\?)(?:, *[\d.]+ ?(?:s/it|it/s))?\]"
 )
-_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|(?<![\w])(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}(?![\w-])")
+_HEX = re.compile(
+    r"\b0x[0-9a-fA-F]+\b|(?<![\w])(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}(?![\w-])"
+)
 # trailing ids glued to a word: rank3, Worker_TP1, EngineCore_DP0, VllmWorker-0
 _GLUED_ID = re.compile(r"(?<=\brank)\d+\b|(?<=_(?:TP|DP|PP|EP))\d+\b|(?<=Rank )\d+\b")
 _NUM = re.compile(r"(?<![\w<])\d+(?:[.,]\d+)*(?![\w>])")

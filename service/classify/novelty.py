@@ -125,7 +125,7 @@ class NoveltyDetector:
         if not isinstance(clusters, list):
             raise ValueError(f"bad novelty state in {path}")
         miner = self._new_miner()
-        for entry in clusters[-self.max_clusters:]:
+        for entry in clusters[-self.max_clusters :]:
             template = str(entry["template"])
             size = int(entry.get("size", 1))
             result = miner.add_log_message(template)

@@ -19,8 +19,9 @@ def order_incidents(incidents: Iterable[Incident]) -> list[Incident]:
     return sorted(incidents, key=lambda i: (i.severity != "critical", i.primary.seq))
 
 
-def classify_records(records: Iterable[LogRecord], classifier: Classifier | None = None,
-                     *, now: float | None = None) -> list[dict[str, Any]]:
+def classify_records(
+    records: Iterable[LogRecord], classifier: Classifier | None = None, *, now: float | None = None
+) -> list[dict[str, Any]]:
     """Classify whole logs; one report dict per stream, in order of first appearance.
 
     Lines without an envelope time take the time they print themselves (read while a
@@ -32,9 +33,14 @@ def classify_records(records: Iterable[LogRecord], classifier: Classifier | None
     return finish(clf, list(seen), seen, now)
 
 
-def classify_paths(paths: Iterable[str], classifier: Classifier, *, fmt: Format | str = "auto",
-                   now: float | None = None,
-                   on_block: Callable[[int], None] | None = None) -> list[dict[str, Any]]:
+def classify_paths(
+    paths: Iterable[str],
+    classifier: Classifier,
+    *,
+    fmt: Format | str = "auto",
+    now: float | None = None,
+    on_block: Callable[[int], None] | None = None,
+) -> list[dict[str, Any]]:
     """Classify files (``-`` = stdin): raw and CRI files by blocks
     (:mod:`service.classify.blockscan`), the others line by line; same reports either way."""
     from service.classify import blockscan
@@ -44,8 +50,11 @@ def classify_paths(paths: Iterable[str], classifier: Classifier, *, fmt: Format 
     for path in paths:
         scan_fmt = blockscan.eligible(path, fmt)
         if scan_fmt is not None:
-            pairs = [blockscan.classify_file(path, classifier, scan_fmt, on_block,
-                                             decode_as=fmt, year=_year(now))]
+            pairs = [
+                blockscan.classify_file(
+                    path, classifier, scan_fmt, on_block, decode_as=fmt, year=_year(now)
+                )
+            ]
         else:
             pairs = _by_stream(read_files([path], fmt=fmt), classifier, now)
         for key, incs in pairs:
@@ -53,8 +62,9 @@ def classify_paths(paths: Iterable[str], classifier: Classifier, *, fmt: Format 
     return finish(classifier, list(seen), seen, now)
 
 
-def _by_stream(records: Iterable[LogRecord], clf: Classifier, now: float | None
-               ) -> list[tuple[str, dict[str, Incident]]]:
+def _by_stream(
+    records: Iterable[LogRecord], clf: Classifier, now: float | None
+) -> list[tuple[str, dict[str, Incident]]]:
     seen: dict[str, dict[str, Incident]] = {}
     year = _year(now)
     last: dict[str, str] = {}
@@ -81,8 +91,9 @@ def _year(now: float | None) -> int:
     return time.gmtime(now if now is not None else time.time()).tm_year
 
 
-def finish(clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident]],
-           now: float | None) -> list[dict[str, Any]]:
+def finish(
+    clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident]], now: float | None
+) -> list[dict[str, Any]]:
     """End of the input: truncated tracebacks and stalls, then one report per stream."""
     for key in order:
         st = clf.state(key)
@@ -93,8 +104,11 @@ def finish(clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident
             clf.check_stall(st, end, changes)
         _collect(seen, changes)
     # (a stream that only heard of its pod's lifecycle - created, deleted - has no report)
-    return [stream_report(clf, key, seen[key].values(), now) for key in order
-            if seen[key] or clf.state(key).seq]
+    return [
+        stream_report(clf, key, seen[key].values(), now)
+        for key in order
+        if seen[key] or clf.state(key).seq
+    ]
 
 
 def _collect(seen: dict[str, dict[str, Incident]], changes: list[Change]) -> None:
@@ -102,17 +116,21 @@ def _collect(seen: dict[str, dict[str, Incident]], changes: list[Change]) -> Non
         seen.setdefault(ch.incident.stream, {})[ch.incident.id] = ch.incident
 
 
-def stream_report(clf: Classifier, key: str, incidents: Iterable[Incident],
-                  now: float | None = None) -> dict[str, Any]:
+def stream_report(
+    clf: Classifier, key: str, incidents: Iterable[Incident], now: float | None = None
+) -> dict[str, Any]:
     st = clf.state(key)
     ordered = order_incidents(incidents)
     stopped = None
     if st.status == STARTING and not st.shutting_down:  # the log ends mid-startup
         since = st.last_stage_change if st.last_stage_change is not None else st.first_time
         end = now if now is not None else st.last_time
-        stopped = {"stage": st.stage, "since": since,
-                   "no_progress_s": None if since is None or end is None else end - since,
-                   "deadline_s": clf.stall_deadlines.get(st.stage or "")}
+        stopped = {
+            "stage": st.stage,
+            "since": since,
+            "no_progress_s": None if since is None or end is None else end - since,
+            "deadline_s": clf.stall_deadlines.get(st.stage or ""),
+        }
     return {
         "stopped": stopped,
         "stream": key,

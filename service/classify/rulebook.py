@@ -41,17 +41,36 @@ class Hits:
 _EMPTY = Hits([], False, False, False, False, [], [])
 
 # Words that make a line worth a full look even when no signature literal is in it.
-GATE_WORDS = ("error", "exception", "traceback", "warn", "fatal", "fail", "killed", "abort",
-              "panic", "segmentation", "core dumped", "timed out", "timeout", "refused",
-              "unexpected", "preempt")
+GATE_WORDS = (
+    "error",
+    "exception",
+    "traceback",
+    "warn",
+    "fatal",
+    "fail",
+    "killed",
+    "abort",
+    "panic",
+    "segmentation",
+    "core dumped",
+    "timed out",
+    "timeout",
+    "refused",
+    "unexpected",
+    "preempt",
+)
 
 
 class RuleBook:
     """The loaded rule data of ``rules/``, compiled for the per-line hot path."""
 
-    def __init__(self, rules_dir: Path = RULES_DIR, with_signatures: bool = True,
-                 exclude: frozenset[str] = frozenset(),
-                 signatures: list[Signature] | None = None) -> None:
+    def __init__(
+        self,
+        rules_dir: Path = RULES_DIR,
+        with_signatures: bool = True,
+        exclude: frozenset[str] = frozenset(),
+        signatures: list[Signature] | None = None,
+    ) -> None:
         """``signatures``: the rules in effect (extra directories, disabled and overridden
         rules: :func:`service.classify.ruletest.load_rule_set`); default: the shipped ones."""
         self.rules_dir = rules_dir
@@ -67,15 +86,24 @@ class RuleBook:
         for stage, funcs in self.stage_rules.frames.items():
             for f in funcs:
                 self.frame_stage[f] = stage
-        self.file_stage = {f: stage for stage, names in self.stage_rules.files.items()
-                           for f in names}
-        self._evidence = [(stage, regex.compile(p.pattern))
-                          for stage, pats in self.stage_rules.evidence.items() for p in pats]
+        self.file_stage = {
+            f: stage for stage, names in self.stage_rules.files.items() for f in names
+        }
+        self._evidence = [
+            (stage, regex.compile(p.pattern))
+            for stage, pats in self.stage_rules.evidence.items()
+            for p in pats
+        ]
         self._tags: list[tuple[int, Any]] = []
         patterns: list[tuple[str, list[str] | None, bool]] = []
 
-        def add(tag: int, value: Any, pattern: str, literals: list[str] | None = None,
-                case_sensitive: bool = False) -> None:
+        def add(
+            tag: int,
+            value: Any,
+            pattern: str,
+            literals: list[str] | None = None,
+            case_sensitive: bool = False,
+        ) -> None:
             self._tags.append((tag, value))
             patterns.append((pattern, literals, case_sensitive))
 
@@ -83,8 +111,12 @@ class RuleBook:
         for stage, pats in sr.stages.items():
             for p in pats:
                 add(STAGE, stage, p.pattern)
-        for tag, group in ((READY, sr.ready), (SERVING, sr.serving),
-                           (RUN_START, sr.run_start), (SHUTDOWN, sr.shutdown)):
+        for tag, group in (
+            (READY, sr.ready),
+            (SERVING, sr.serving),
+            (RUN_START, sr.run_start),
+            (SHUTDOWN, sr.shutdown),
+        ):
             for p in group:
                 add(tag, None, p.pattern)
         for name, facts in self.fact_rules.facts.items():

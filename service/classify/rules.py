@@ -97,8 +97,13 @@ class StageRules(BaseModel):
 
     @model_validator(mode="after")
     def _stage_ids(self) -> StageRules:
-        for s in (list(self.stages) + list(self.frames) + list(self.default_stage.values())
-                  + list(self.files) + list(self.evidence)):
+        for s in (
+            list(self.stages)
+            + list(self.frames)
+            + list(self.default_stage.values())
+            + list(self.files)
+            + list(self.evidence)
+        ):
             if s not in STAGES:
                 raise ValueError(f"unknown stage {s!r} in stages.yaml")
         return self

@@ -71,8 +71,10 @@ def _read(path: Path, problems: list[str]) -> list[Signature]:
         except ValidationError as exc:
             for err in exc.errors():
                 loc = ".".join(str(p) for p in err["loc"])
-                problems.append(f"{path}: {rid or f'signatures[{i}]'}: "
-                                f"{loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}")
+                problems.append(
+                    f"{path}: {rid or f'signatures[{i}]'}: "
+                    f"{loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
+                )
             continue
         try:
             regex.compile(sig.pattern)
@@ -83,9 +85,12 @@ def _read(path: Path, problems: list[str]) -> list[Signature]:
     return out
 
 
-def load_rule_set(dirs: Iterable[str | Path] = (), disabled: Iterable[str] = (),
-                  overrides: Mapping[str, Mapping[str, Any]] | None = None,
-                  rules_dir: Path = RULES_DIR) -> RuleSet:
+def load_rule_set(
+    dirs: Iterable[str | Path] = (),
+    disabled: Iterable[str] = (),
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+    rules_dir: Path = RULES_DIR,
+) -> RuleSet:
     """Shipped signatures plus ``dirs``, minus ``disabled``, with ``overrides``; raises
     :class:`RuleLoadError` listing every problem."""
     problems: list[str] = []
@@ -127,8 +132,10 @@ def load_rule_set(dirs: Iterable[str | Path] = (), disabled: Iterable[str] = (),
         except ValidationError as exc:
             for err in exc.errors():
                 loc = ".".join(str(p) for p in err["loc"])
-                problems.append(f"overrides.{rid}: {loc + ': ' if loc else ''}"
-                                f"{err['msg'].removeprefix('Value error, ')}")
+                problems.append(
+                    f"overrides.{rid}: {loc + ': ' if loc else ''}"
+                    f"{err['msg'].removeprefix('Value error, ')}"
+                )
             continue
         rs.status[rid] = OVERRIDDEN
     for rid in disabled:
@@ -166,8 +173,11 @@ def run_examples(rule_set: RuleSet, *, only_added: bool = False) -> list[str]:
 
 def _matching(rb: Any, parse_line: Any, text: str) -> list[str]:
     line = parse_line(text)
-    return [s.id for s, _ in rb.scan(line.message).signatures
-            if s.levels is None or line.level is None or line.level in s.levels]
+    return [
+        s.id
+        for s, _ in rb.scan(line.message).signatures
+        if s.levels is None or line.level is None or line.level in s.levels
+    ]
 
 
 def count_examples(rule_set: RuleSet) -> int:

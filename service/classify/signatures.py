@@ -84,7 +84,9 @@ def _required(items: Sequence[Any]) -> list[str] | None:
 class PatternIndex:
     """Many regexes behind one Aho-Corasick literal prefilter; benign lines cost one scan."""
 
-    def __init__(self, patterns: Sequence[tuple[str, list[str] | None, bool]], name: str = "") -> None:
+    def __init__(
+        self, patterns: Sequence[tuple[str, list[str] | None, bool]], name: str = ""
+    ) -> None:
         """``patterns``: (regex, literals or None to derive, case_sensitive)."""
         self._compiled: list[Any] = []
         self._width: list[int | None] = []  # longest possible match (None: unbounded)
@@ -98,8 +100,9 @@ class PatternIndex:
             self._width.append(None if literals else max_width(pattern))
             lits = literals or derive_literals(pattern)
             if not lits:
-                log.warning("%s pattern %r has no literal prefilter; it runs on every line",
-                            name, pattern)
+                log.warning(
+                    "%s pattern %r has no literal prefilter; it runs on every line", name, pattern
+                )
                 self._always.append(idx)
                 continue
             for lit in lits:
@@ -157,8 +160,7 @@ class PatternIndex:
                 hits.append((idx, m))
         return hits
 
-    def _windowed(self, idx: int, message: str, spans: list[tuple[int, int]],
-                  width: int) -> Any:
+    def _windowed(self, idx: int, message: str, spans: list[tuple[int, int]], width: int) -> Any:
         n = len(message)
         windows: list[list[int]] = []
         for start, end in sorted(spans):

@@ -45,13 +45,23 @@ class StreamState:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "key": self.key, "meta": self.meta, "run": self.run, "status": self.status,
-            "stage": self.stage, "timeline": self.timeline, "facts": self.facts,
-            "last_good_facts": self.last_good_facts, "shutting_down": self.shutting_down,
-            "seq": self.seq, "last_time": self.last_time, "first_time": self.first_time,
+            "key": self.key,
+            "meta": self.meta,
+            "run": self.run,
+            "status": self.status,
+            "stage": self.stage,
+            "timeline": self.timeline,
+            "facts": self.facts,
+            "last_good_facts": self.last_good_facts,
+            "shutting_down": self.shutting_down,
+            "seq": self.seq,
+            "last_time": self.last_time,
+            "first_time": self.first_time,
             "last_line": self.last_line,
-            "last_stage_change": self.last_stage_change, "frame_hint": self.frame_hint,
-            "incidents": [i.to_dict() for i in self.incidents], "runs_failed": self.runs_failed,
+            "last_stage_change": self.last_stage_change,
+            "frame_hint": self.frame_hint,
+            "incidents": [i.to_dict() for i in self.incidents],
+            "runs_failed": self.runs_failed,
             "extra": self.extra,
         }
 

@@ -231,10 +231,17 @@ class LinearTextScorer:
             oov = type(vec).__name__ == "OovAwareTfidf"
             if oov and vec.norm is not None:
                 raise ValueError("OovAwareTfidf must be built with norm=None")
-            if ((not oov and vec.norm != "l2") or not vec.use_idf or vec.strip_accents is not None
-                    or vec.preprocessor is not None or vec.tokenizer is not None
-                    or vec.stop_words is not None or callable(vec.analyzer)
-                    or vec.binary or vec.input != "content"):
+            if (
+                (not oov and vec.norm != "l2")
+                or not vec.use_idf
+                or vec.strip_accents is not None
+                or vec.preprocessor is not None
+                or vec.tokenizer is not None
+                or vec.stop_words is not None
+                or callable(vec.analyzer)
+                or vec.binary
+                or vec.input != "content"
+            ):
                 raise ValueError(f"fast path cannot replicate vectorizer {name}")
             token_re = re.compile(vec.token_pattern) if vec.analyzer == "word" else None
             if token_re is not None and token_re.groups > 1:
@@ -242,16 +249,24 @@ class LinearTextScorer:
             terms = [""] * len(vec.vocabulary_)
             for term, j in vec.vocabulary_.items():
                 terms[j] = term
-            self.blocks.append({
-                "name": name, "column": int(column), "analyzer": vec.analyzer,
-                "ngram": tuple(vec.ngram_range), "lower": bool(vec.lowercase),
-                "token_pattern": vec.token_pattern if vec.analyzer == "word" else None,
-                "token_re": token_re, "sublinear": bool(vec.sublinear_tf),
-                "terms": terms, "vocab": dict(vec.vocabulary_),
-                "idf": np.asarray(vec.idf_, dtype=np.float64),
-                "offset": offset, "weight": float(weights.get(name, 1.0)),
-                "oov_idf": float(np.max(vec.idf_)) if oov else 0.0,
-            })
+            self.blocks.append(
+                {
+                    "name": name,
+                    "column": int(column),
+                    "analyzer": vec.analyzer,
+                    "ngram": tuple(vec.ngram_range),
+                    "lower": bool(vec.lowercase),
+                    "token_pattern": vec.token_pattern if vec.analyzer == "word" else None,
+                    "token_re": token_re,
+                    "sublinear": bool(vec.sublinear_tf),
+                    "terms": terms,
+                    "vocab": dict(vec.vocabulary_),
+                    "idf": np.asarray(vec.idf_, dtype=np.float64),
+                    "offset": offset,
+                    "weight": float(weights.get(name, 1.0)),
+                    "oov_idf": float(np.max(vec.idf_)) if oov else 0.0,
+                }
+            )
             offset += len(vec.vocabulary_)
         self.n_features = offset
         if type(clf).__name__ == "CalibratedClassifierCV":
@@ -300,9 +315,23 @@ class LinearTextScorer:
             "classes": self.classes,
             "n_features": self.n_features,
             "blocks": [
-                {k: (list(v) if isinstance(v, tuple) else v) for k, v in b.items()
-                 if k in ("name", "column", "analyzer", "ngram", "lower", "token_pattern",
-                          "sublinear", "offset", "weight", "oov_idf")}
+                {
+                    k: (list(v) if isinstance(v, tuple) else v)
+                    for k, v in b.items()
+                    if k
+                    in (
+                        "name",
+                        "column",
+                        "analyzer",
+                        "ngram",
+                        "lower",
+                        "token_pattern",
+                        "sublinear",
+                        "offset",
+                        "weight",
+                        "oov_idf",
+                    )
+                }
                 for b in self.blocks
             ],
         }
@@ -310,8 +339,9 @@ class LinearTextScorer:
         for i, b in enumerate(self.blocks):
             arrays[f"terms_{i}"] = np.array(b["terms"], dtype=str)
             arrays[f"idf_{i}"] = b["idf"]
-        arrays.update(coef=self.coef, intercept=self.intercept, a=self.a, b=self.b,
-                      order=self.order)
+        arrays.update(
+            coef=self.coef, intercept=self.intercept, a=self.a, b=self.b, order=self.order
+        )
         return arrays
 
     @classmethod
@@ -361,7 +391,7 @@ class LinearTextScorer:
             n_tok = len(tokens)
             for n in range(max(lo, 2), min(hi + 1, n_tok + 1)):
                 for i in range(n_tok - n + 1):
-                    out.append(" ".join(tokens[i:i + n]))
+                    out.append(" ".join(tokens[i : i + n]))
             return out
         if block["analyzer"] == "char_wb":
             out = []
@@ -370,18 +400,19 @@ class LinearTextScorer:
                 w_len = len(w)
                 for n in range(lo, hi + 1):
                     offset = 0
-                    out.append(w[offset:offset + n])
+                    out.append(w[offset : offset + n])
                     while offset + n < w_len:
                         offset += 1
-                        out.append(w[offset:offset + n])
+                        out.append(w[offset : offset + n])
                     if offset == 0:
                         break
             return out
         if block["analyzer"] == "char":
             t = self._WS.sub(" ", text)
             n_t = len(t)
-            return [t[i:i + n] for n in range(lo, min(hi + 1, n_t + 1))
-                    for i in range(n_t - n + 1)]
+            return [
+                t[i : i + n] for n in range(lo, min(hi + 1, n_t + 1)) for i in range(n_t - n + 1)
+            ]
         raise ValueError(block["analyzer"])
 
     def proba(self, fields: tuple[str, str]) -> Any:
@@ -449,11 +480,13 @@ class TextModel:
                 raise ArtifactError(f"artifact has a class outside the taxonomy: {c!r}")
         extra = manifest.get("class_thresholds") or {}
         if not isinstance(extra, dict) or any(
-                c not in self.classes or not 0.0 <= float(v) <= 1.0 for c, v in extra.items()):
+            c not in self.classes or not 0.0 <= float(v) <= 1.0 for c, v in extra.items()
+        ):
             raise ArtifactError("invalid class_thresholds in manifest")
         # per class: the global floor, raised where benign lines resemble the class
-        self.class_thresholds = {c: max(self.threshold, float(extra.get(c, 0.0)))
-                                 for c in self.classes}
+        self.class_thresholds = {
+            c: max(self.threshold, float(extra.get(c, 0.0))) for c in self.classes
+        }
 
     # --- loading ---------------------------------------------------------------------------
 

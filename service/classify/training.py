@@ -382,8 +382,13 @@ def _group_splits(y: np.ndarray, groups: np.ndarray, n: int, seed: int) -> list[
     return list(skf.split(np.zeros(len(y)), y, groups))
 
 
-def _fit(config: dict[str, Any], seed: int, fields: list[tuple[str, str]], y: np.ndarray,
-         groups: np.ndarray) -> Any:
+def _fit(
+    config: dict[str, Any],
+    seed: int,
+    fields: list[tuple[str, str]],
+    y: np.ndarray,
+    groups: np.ndarray,
+) -> Any:
     cv = None
     if config["classifier"] == "linearsvc":
         cv = _group_splits(y, groups, config["calibration_folds"], seed + 1)
@@ -400,8 +405,12 @@ def _fit(config: dict[str, Any], seed: int, fields: list[tuple[str, str]], y: np
 # --- metrics ---------------------------------------------------------------------------------
 
 
-def _with_abstain(classes: Sequence[str], proba: np.ndarray, threshold: float,
-                  class_thresholds: dict[str, float] | None = None) -> list[str]:
+def _with_abstain(
+    classes: Sequence[str],
+    proba: np.ndarray,
+    threshold: float,
+    class_thresholds: dict[str, float] | None = None,
+) -> list[str]:
     best = proba.argmax(axis=1)
     out = []
     for i, b in enumerate(best):
@@ -418,8 +427,11 @@ def _macro_f1(y_true: Sequence[str], y_pred: Sequence[str], labels: Sequence[str
 
 
 def _healthy_false_alarms(y_true: Sequence[str], y_pred: Sequence[str]) -> int:
-    return sum(1 for t, p in zip(y_true, y_pred, strict=True)
-               if t == HEALTHY and p not in (HEALTHY, UNKNOWN))
+    return sum(
+        1
+        for t, p in zip(y_true, y_pred, strict=True)
+        if t == HEALTHY and p not in (HEALTHY, UNKNOWN)
+    )
 
 
 def choose_thresholds(
@@ -444,8 +456,13 @@ def choose_thresholds(
     allowed = int(n_healthy * MAX_HEALTHY_FALSE_ALARM_RATE)
     # healthy lines mistaken for each class, most confident first
     wrong: list[tuple[float, str]] = sorted(
-        ((float(top[i]), classes[b]) for i, b in enumerate(best)
-         if y[i] == HEALTHY and classes[b] != HEALTHY), reverse=True)
+        (
+            (float(top[i]), classes[b])
+            for i, b in enumerate(best)
+            if y[i] == HEALTHY and classes[b] != HEALTHY
+        ),
+        reverse=True,
+    )
     # tolerate the `allowed` least costly ones: drop from the top only where needed
     class_thr: dict[str, float] = {}
     for p_, c in wrong[allowed:] if allowed else wrong:
@@ -467,9 +484,14 @@ def choose_thresholds(
         ood_refused = 1.0
         if ood_proba is not None and len(ood_proba):
             ob = ood_proba.argmax(axis=1)
-            ood_refused = float(np.mean([
-                ood_proba[i, b] < max(t, class_thr.get(classes[b], 0.0))
-                for i, b in enumerate(ob)]))
+            ood_refused = float(
+                np.mean(
+                    [
+                        ood_proba[i, b] < max(t, class_thr.get(classes[b], 0.0))
+                        for i, b in enumerate(ob)
+                    ]
+                )
+            )
         abstain = sum(p == UNKNOWN for p in pred) / max(1, len(pred))
         table.append((float(t), f1, fa, ood_refused, abstain))
     chosen = max(table, key=lambda r: (round(r[1] + OOD_BONUS * r[3], 4), -r[0]))
@@ -484,22 +506,23 @@ def choose_thresholds(
     return chosen[0], {c: round(v, 3) for c, v in class_thr.items()}, info
 
 
-def _report(classes: Sequence[str], y_true: Sequence[str], proba: np.ndarray,
-            threshold: float, ood_proba: np.ndarray | None,
-            class_thresholds: dict[str, float] | None = None,
-            pred: list[str] | None = None) -> dict[str, Any]:
+def _report(
+    classes: Sequence[str],
+    y_true: Sequence[str],
+    proba: np.ndarray,
+    threshold: float,
+    ood_proba: np.ndarray | None,
+    class_thresholds: dict[str, float] | None = None,
+    pred: list[str] | None = None,
+) -> dict[str, Any]:
     from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
     labels = list(classes)
     argmax = [classes[b] for b in proba.argmax(axis=1)]
     if pred is None:
         pred = _with_abstain(classes, proba, threshold, class_thresholds)
-    p, r, f, s = precision_recall_fscore_support(
-        y_true, pred, labels=labels, zero_division=0
-    )
-    pa, ra, fa_, _ = precision_recall_fscore_support(
-        y_true, argmax, labels=labels, zero_division=0
-    )
+    p, r, f, s = precision_recall_fscore_support(y_true, pred, labels=labels, zero_division=0)
+    pa, ra, fa_, _ = precision_recall_fscore_support(y_true, argmax, labels=labels, zero_division=0)
     per_class = {
         c: {
             "precision": round(float(p[i]), 4),
@@ -593,8 +616,10 @@ def train(
     fold_of = np.zeros(len(texts), dtype=int)
     ood_by_fold: list[np.ndarray] = []
     for k, (a, b) in enumerate(splits):
-        progress(f"fold {k + 1}/{len(splits)}: fit {len(a)}, hold out {len(b)} "
-                 f"({len(set(groups[b].tolist()))} families)")
+        progress(
+            f"fold {k + 1}/{len(splits)}: fit {len(a)}, hold out {len(b)} "
+            f"({len(set(groups[b].tolist()))} families)"
+        )
         pipe = _fit(cfg, seed, [texts[i] for i in a], y[a], groups[a])
         cols = [classes.index(c) for c in pipe.classes_]
         oof[np.ix_(b, cols)] = pipe.predict_proba(as_matrix([texts[i] for i in b]))
@@ -610,8 +635,9 @@ def train(
     for k in range(len(splits)):
         other = fold_of != k
         ood_o = np.mean([ood_by_fold[j] for j in range(len(splits)) if j != k], axis=0)
-        t_k, ct_k, _ = choose_thresholds(classes, oof[other], y[other].tolist(),
-                                         ood_o if ood_fields else None)
+        t_k, ct_k, _ = choose_thresholds(
+            classes, oof[other], y[other].tolist(), ood_o if ood_fields else None
+        )
         idx = np.where(fold_of == k)[0]
         for i, lab in zip(idx, _with_abstain(classes, oof[idx], t_k, ct_k), strict=True):
             pred_labels[i] = lab
@@ -821,30 +847,55 @@ def main(argv: list[str] | None = None, prog: str = "python -m service.classify.
         prog=prog,
         description="Train the vllm-sentinel text classifier and write a verified artifact.",
     )
-    parser.add_argument("--data", type=Path, default=Path("training_data"),
-                        help="directory of *.jsonl examples (default: training_data)")
-    parser.add_argument("--out", type=Path, default=Path("models"),
-                        help="output directory for the artifact, manifest, model card")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=Path("training_data"),
+        help="directory of *.jsonl examples (default: training_data)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("models"),
+        help="output directory for the artifact, manifest, model card",
+    )
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--with-feedback", dest="feedback", type=Path, default=None,
-                        metavar="FILE", help="JSONL of corrections {text, category} to add")
+    parser.add_argument(
+        "--with-feedback",
+        dest="feedback",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSONL of corrections {text, category} to add",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("sklearn") is None:
-        print(f"{prog}: training needs scikit-learn, which is not installed: "
-              "pip install 'vllm-sentinel[train]'", file=sys.stderr)
+        print(
+            f"{prog}: training needs scikit-learn, which is not installed: "
+            "pip install 'vllm-sentinel[train]'",
+            file=sys.stderr,
+        )
         return 2
     try:
-        manifest = train(args.data, args.out, seed=args.seed, feedback=args.feedback,
-                         quiet=args.quiet)
+        manifest = train(
+            args.data, args.out, seed=args.seed, feedback=args.feedback, quiet=args.quiet
+        )
     except (FileNotFoundError, ValueError) as exc:
         print(f"training failed: {exc}", file=sys.stderr)
         return 2
     s = manifest["scores"]
-    print(json.dumps({"macro_f1": s["macro_f1"], "threshold": manifest["threshold"],
-                      "abstain_rate": s["abstain_rate"],
-                      "healthy_false_alarms": s["healthy_false_alarms"],
-                      "sha256": manifest["sha256"]}))
+    print(
+        json.dumps(
+            {
+                "macro_f1": s["macro_f1"],
+                "threshold": manifest["threshold"],
+                "abstain_rate": s["abstain_rate"],
+                "healthy_false_alarms": s["healthy_false_alarms"],
+                "sha256": manifest["sha256"],
+            }
+        )
+    )
     return 0
 
 

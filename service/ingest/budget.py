@@ -75,7 +75,8 @@ class Lease:
             raise DecompressedTooLarge(f"input expands beyond {self.limit} bytes")
         if not self.budget.try_take(n):
             raise BudgetExhausted(
-                f"decompression budget of {self.budget.limit} bytes in use by other requests")
+                f"decompression budget of {self.budget.limit} bytes in use by other requests"
+            )
         self.held += n
 
     def hold(self, n: int) -> None:
@@ -83,7 +84,8 @@ class Lease:
         its own size limit already bounds)."""
         if not self.budget.try_take(n):
             raise BudgetExhausted(
-                f"decompression budget of {self.budget.limit} bytes in use by other requests")
+                f"decompression budget of {self.budget.limit} bytes in use by other requests"
+            )
         self.held += n
 
     def release(self) -> None:
@@ -94,13 +96,18 @@ class Lease:
     def __enter__(self) -> Lease:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.release()
 
 
-def gunzip_bounded(data: bytes | bytearray | memoryview, lease: Lease,
-                   step: int = STEP) -> bytearray:
+def gunzip_bounded(
+    data: bytes | bytearray | memoryview, lease: Lease, step: int = STEP
+) -> bytearray:
     """Inflate gzip ``data`` (several concatenated members allowed, as Fluentd writes them),
     charging every piece of output to ``lease`` before keeping it.
 

@@ -29,9 +29,14 @@ def looks_like_document(head: bytes) -> bool:
     return first in (b"{", b"[", b"[{", b"[ {")
 
 
-def read_document(fh: BinaryIO, stream: str, meta: Mapping[str, Any] | None,
-                  position: str, source: str = "file",
-                  max_line: int = MAX_LINE) -> list[LogRecord] | None:
+def read_document(
+    fh: BinaryIO,
+    stream: str,
+    meta: Mapping[str, Any] | None,
+    position: str,
+    source: str = "file",
+    max_line: int = MAX_LINE,
+) -> list[LogRecord] | None:
     """The records of the JSON document ``fh`` holds, or None (nothing read) when its head
     is not one (``fh`` must have ``peek``, as the file reader's handles do)."""
     head = fh.peek(4096)[:4096]  # type: ignore[attr-defined]
@@ -52,6 +57,14 @@ def read_document(fh: BinaryIO, stream: str, meta: Mapping[str, Any] | None,
         if type(item) is not dict:
             metrics.reject(source, "bad_record", repr(item)[:200])
             continue
-        out.extend(decode_record(item, stream=stream, position=f"{position}#{i}", meta=meta,
-                                 source=source, max_line=max_line))
+        out.extend(
+            decode_record(
+                item,
+                stream=stream,
+                position=f"{position}#{i}",
+                meta=meta,
+                source=source,
+                max_line=max_line,
+            )
+        )
     return out

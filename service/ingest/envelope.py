@@ -79,8 +79,16 @@ def decode_line(
         if obj is not None and is_vllm_json(obj):
             rec_meta = dict(meta) if meta else {}
             key = stream_key(rec_meta, stream) if meta else stream
-            return _records("\n".join(vllm_json_lines(obj)), key, None, rec_meta, position,
-                            False, source, max_line)
+            return _records(
+                "\n".join(vllm_json_lines(obj)),
+                key,
+                None,
+                rec_meta,
+                position,
+                False,
+                source,
+                max_line,
+            )
     elif fmt == Format.CRI:
         cri = split_cri(line)
         if cri is None:
@@ -89,8 +97,9 @@ def decode_line(
         return _cri_records(cri, stream, position, meta, source, max_line)
     elif fmt == Format.DOCKER or fmt == Format.FLUENT:
         obj = _json_dict(line) if line[:1] == "{" else None
-        if obj is None or (text_field(obj) is None
-                           and (fmt == Format.DOCKER or not is_kube_object(obj))):
+        if obj is None or (
+            text_field(obj) is None and (fmt == Format.DOCKER or not is_kube_object(obj))
+        ):
             metrics.reject(source, "bad_docker" if fmt == Format.DOCKER else "bad_record", line)
             return []
         if fmt == Format.FLUENT:
@@ -135,8 +144,9 @@ def decode_record(
     text = text_field(record)
     if ("involvedObject" in record or text is None) and is_kube_object(record):
         # a Kubernetes Event / Pod / list of them: evidence lines of the pod's stream
-        return kube_records(record, time=time,
-                            position=position, meta={"tag": tag} if tag else None)
+        return kube_records(
+            record, time=time, position=position, meta={"tag": tag} if tag else None
+        )
     if "levelname" in record and is_vllm_json(record):  # vLLM JSON (Fluent Bit merged it)
         text = "\n".join(vllm_json_lines(record))
     if type(text) is not str:
@@ -351,6 +361,7 @@ try:  # optional speed-up (pyproject dependency); the stdlib scanner below is th
     from orjson import loads as _ORJSON
 except ImportError:  # pragma: no cover
     _ORJSON = None
+
 
 def parse_json(text: str) -> Any:
     """The single JSON value ``text`` holds (orjson, about three times faster than the

@@ -89,8 +89,11 @@ def read_file(
     lineno = 0
     try:
         # a multi-line JSON document (kubectl get events -o json) is read whole
-        document = (read_document(fh, default, meta, f"{prefix}1", source, max_line)
-                    if fmt == Format.AUTO else None)
+        document = (
+            read_document(fh, default, meta, f"{prefix}1", source, max_line)
+            if fmt == Format.AUTO
+            else None
+        )
         if document:
             count += len(document)
             yield from document

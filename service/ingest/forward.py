@@ -84,18 +84,27 @@ _RESOURCE_ERRNOS = frozenset((errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.E
 log = logging.getLogger("vllm_sentinel.ingest.forward")
 _limited = RateLimitedLog(log)
 
-CONNECTIONS = Gauge("sentinel_forward_connections", "Open Forward connections.",
-                    registry=metrics.REGISTRY)
-PENDING_BYTES = Gauge("sentinel_forward_pending_bytes",
-                      "Bytes of unfinished Forward frames held, all connections together.",
-                      registry=metrics.REGISTRY)
-CLOSED = Counter("sentinel_forward_closed_total",
-                 "Forward connections closed by the server, by reason (idle_timeout, "
-                 "too_many_connections, frame_budget, fd_exhausted).",
-                 ["reason"], registry=metrics.REGISTRY)
-ACCEPT_ERRORS = Counter("sentinel_forward_accept_errors_total",
-                        "accept() failures on the Forward port for lack of descriptors or "
-                        "memory, by errno.", ["errno"], registry=metrics.REGISTRY)
+CONNECTIONS = Gauge(
+    "sentinel_forward_connections", "Open Forward connections.", registry=metrics.REGISTRY
+)
+PENDING_BYTES = Gauge(
+    "sentinel_forward_pending_bytes",
+    "Bytes of unfinished Forward frames held, all connections together.",
+    registry=metrics.REGISTRY,
+)
+CLOSED = Counter(
+    "sentinel_forward_closed_total",
+    "Forward connections closed by the server, by reason (idle_timeout, "
+    "too_many_connections, frame_budget, fd_exhausted).",
+    ["reason"],
+    registry=metrics.REGISTRY,
+)
+ACCEPT_ERRORS = Counter(
+    "sentinel_forward_accept_errors_total",
+    "accept() failures on the Forward port for lack of descriptors or memory, by errno.",
+    ["errno"],
+    registry=metrics.REGISTRY,
+)
 
 
 def tls_context(certfile: str, keyfile: str, cafile: str | None = None) -> ssl.SSLContext:
@@ -244,10 +253,14 @@ class ForwardServer:
                 f"refusing to serve the forward protocol on {self.host or '*'}:{self._port} "
                 "without a shared key: anyone who reaches the port could inject log lines "
                 "(set SENTINEL_SOURCES__FORWARD__SHARED_KEY, bind 127.0.0.1, or set "
-                "sources.forward.allow_unauthenticated: true behind your own network policy)")
-        log.warning("forward: NO AUTHENTICATION on %s:%s: anyone who reaches the port can "
-                    "inject log lines (sources.forward.allow_unauthenticated is set)",
-                    self.host or "*", self._port)
+                "sources.forward.allow_unauthenticated: true behind your own network policy)"
+            )
+        log.warning(
+            "forward: NO AUTHENTICATION on %s:%s: anyone who reaches the port can "
+            "inject log lines (sources.forward.allow_unauthenticated is set)",
+            self.host or "*",
+            self._port,
+        )
 
     async def start(self) -> None:
         """Bind and start accepting connections."""
@@ -255,24 +268,34 @@ class ForwardServer:
         soft = _fd_soft_limit()
         if soft is not None and self.max_connections > soft - FD_RESERVE:
             cap = max(1, soft - FD_RESERVE)
-            log.warning("forward: at most %d connections instead of %d: the descriptor limit "
-                        "is %d and %d are kept for the API and the store (raise ulimit -n)",
-                        cap, self.max_connections, soft, FD_RESERVE)
+            log.warning(
+                "forward: at most %d connections instead of %d: the descriptor limit "
+                "is %d and %d are kept for the API and the store (raise ulimit -n)",
+                cap,
+                self.max_connections,
+                soft,
+                FD_RESERVE,
+            )
             self.max_connections = cap
         self._listeners = await self._bind()
         self._spare_fd = _open_spare()
-        self._acceptors = [asyncio.create_task(self._accept_loop(sock))
-                           for sock in self._listeners]
+        self._acceptors = [asyncio.create_task(self._accept_loop(sock)) for sock in self._listeners]
         if self.joiner is not None:
             self._flusher = asyncio.create_task(self._flush_idle_lines())
-        log.info("forward server listening on %s:%d (at most %d connections, idle timeout "
-                 "%.0f s, %s)", self.host, self.port, self.max_connections, self.idle_timeout,
-                 "shared key" if self.shared_key else "no shared key")
+        log.info(
+            "forward server listening on %s:%d (at most %d connections, idle timeout %.0f s, %s)",
+            self.host,
+            self.port,
+            self.max_connections,
+            self.idle_timeout,
+            "shared key" if self.shared_key else "no shared key",
+        )
 
     async def _bind(self) -> list[socket.socket]:
         loop = asyncio.get_running_loop()
-        infos = await loop.getaddrinfo(self.host or None, self._port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
+        infos = await loop.getaddrinfo(
+            self.host or None, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
         socks: list[socket.socket] = []
         port = self._port
         try:
@@ -330,8 +353,12 @@ class ForwardServer:
                     await self.sink(stale)
                     self._lines_in.inc(len(stale))
                 except Exception:
-                    _limited.error("sink_unfinished", "forward: sink refused %d unfinished "
-                                   "lines", len(stale), exc_info=True)
+                    _limited.error(
+                        "sink_unfinished",
+                        "forward: sink refused %d unfinished lines",
+                        len(stale),
+                        exc_info=True,
+                    )
 
     # ---- accepting ----------------------------------------------------------------------
 
@@ -347,9 +374,16 @@ class ForwardServer:
                     name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
                     ACCEPT_ERRORS.labels(errno=name).inc()
                     shed = self._shed(sock)
-                    _limited.error(("accept", name), "forward: cannot accept connections "
-                                   "(%s: %s); backing off %.2f s, %d waiting connection(s) "
-                                   "closed", name, exc.strerror, delay, shed)
+                    _limited.error(
+                        ("accept", name),
+                        "forward: cannot accept connections "
+                        "(%s: %s); backing off %.2f s, %d waiting connection(s) "
+                        "closed",
+                        name,
+                        exc.strerror,
+                        delay,
+                        shed,
+                    )
                     await asyncio.sleep(delay)
                     continue
                 if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM, errno.EINTR):
@@ -361,8 +395,11 @@ class ForwardServer:
             if self.open_connections >= self.max_connections:
                 conn.close()
                 CLOSED.labels(reason="too_many_connections").inc()
-                reject(self.source, "too_many_connections",
-                       f"{peer!r}: {self.open_connections} open, at most {self.max_connections}")
+                reject(
+                    self.source,
+                    "too_many_connections",
+                    f"{peer!r}: {self.open_connections} open, at most {self.max_connections}",
+                )
                 continue
             self.open_connections += 1
             CONNECTIONS.inc()
@@ -411,8 +448,11 @@ class ForwardServer:
         protocol = asyncio.StreamReaderProtocol(reader)
         try:  # the transport owns (and on failure closes) the socket from here on
             transport, _ = await loop.connect_accepted_socket(
-                lambda: protocol, conn, ssl=self.tls,
-                **({"ssl_handshake_timeout": self.handshake_timeout} if self.tls else {}))
+                lambda: protocol,
+                conn,
+                ssl=self.tls,
+                **({"ssl_handshake_timeout": self.handshake_timeout} if self.tls else {}),
+            )
         except (OSError, ssl.SSLError, TimeoutError) as exc:
             log.debug("forward connection %s: TLS handshake failed: %s", accepted.peer, exc)
             conn.close()
@@ -442,15 +482,19 @@ class ForwardServer:
         frames = _Frames()
         try:
             if self.shared_key is not None and not await self._handshake(
-                    reader, writer, unpacker, frames):
+                reader, writer, unpacker, frames
+            ):
                 return
             while True:
                 batches, healthy = self._batches(unpacker, frames)
                 if not self._account(frames):
                     CLOSED.labels(reason="frame_budget").inc()
-                    reject(self.source, "frame_budget",
-                           f"{peer!r}: unfinished frame of {frames.pending} bytes; "
-                           f"{self.pending_bytes} held, budget {self.max_pending_bytes}")
+                    reject(
+                        self.source,
+                        "frame_budget",
+                        f"{peer!r}: unfinished frame of {frames.pending} bytes; "
+                        f"{self.pending_bytes} held, budget {self.max_pending_bytes}",
+                    )
                     return
                 for records, acks, chunk_id in batches:
                     await self._deliver(records, chunk_id)
@@ -472,8 +516,12 @@ class ForwardServer:
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError, TimeoutError) as exc:
             log.debug("forward connection %s ended: %s", peer, exc)
         except Exception:
-            _limited.error("connection_failed", "forward connection %s failed; no ack sent "
-                           "for its pending data", peer, exc_info=True)
+            _limited.error(
+                "connection_failed",
+                "forward connection %s failed; no ack sent for its pending data",
+                peer,
+                exc_info=True,
+            )
         finally:
             self._release(frames)
             writer.close()
@@ -526,7 +574,10 @@ class ForwardServer:
             raise _DropConnection from None
 
     async def _handshake(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, unpacker: Any,
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        unpacker: Any,
         frames: _Frames | None = None,
     ) -> bool:
         assert self.shared_key is not None
@@ -547,8 +598,9 @@ class ForwardServer:
             reject(self.source, "auth_failed", reason)
         return ok
 
-    async def _next_object(self, reader: asyncio.StreamReader, unpacker: Any,
-                           frames: _Frames | None = None) -> Any:
+    async def _next_object(
+        self, reader: asyncio.StreamReader, unpacker: Any, frames: _Frames | None = None
+    ) -> Any:
         fed = 0
         while True:
             try:
@@ -566,8 +618,11 @@ class ForwardServer:
                 raise _DropConnection
             fed += len(data)
             if fed > HANDSHAKE_MAX_BYTES:
-                reject(self.source, "auth_failed",
-                       f"more than {HANDSHAKE_MAX_BYTES} bytes before the handshake ended")
+                reject(
+                    self.source,
+                    "auth_failed",
+                    f"more than {HANDSHAKE_MAX_BYTES} bytes before the handshake ended",
+                )
                 raise _DropConnection
             self._feed(unpacker, data)
             if frames is not None:
@@ -580,8 +635,9 @@ class ForwardServer:
                 frames.boundary = unpacker.tell()
             yield message
 
-    def _drain(self, unpacker: Any, frames: _Frames | None = None
-               ) -> tuple[list[LogRecord], list[Any], bool]:
+    def _drain(
+        self, unpacker: Any, frames: _Frames | None = None
+    ) -> tuple[list[LogRecord], list[Any], bool]:
         """Decode every complete message buffered: (records, chunk ids to ack, stream ok)."""
         records: list[LogRecord] = []
         acks: list[Any] = []
@@ -597,8 +653,9 @@ class ForwardServer:
             return records, acks, False
         return records, acks, True
 
-    def _batches(self, unpacker: Any, frames: _Frames | None = None
-                 ) -> tuple[list[tuple[list[LogRecord], list[Any], str | None]], bool]:
+    def _batches(
+        self, unpacker: Any, frames: _Frames | None = None
+    ) -> tuple[list[tuple[list[LogRecord], list[Any], str | None]], bool]:
         """Every complete message buffered as batches ``(records, chunks to ack, chunk id)``,
         and whether the stream is still usable: one batch, or with ``chunk_ids`` one per
         chunk-carrying message (its own records only) and one per run of the others."""
@@ -666,8 +723,11 @@ class ForwardServer:
         else:
             entries = [[second, message[2]]]
         if len(entries) > self.max_records:
-            reject(self.source, "too_many_records",
-                   f"message of {len(entries)} entries (at most {self.max_records})")
+            reject(
+                self.source,
+                "too_many_records",
+                f"message of {len(entries)} entries (at most {self.max_records})",
+            )
             return chunk
         self._entries(tag, entries, out)
         return chunk

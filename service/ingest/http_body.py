@@ -103,8 +103,9 @@ def _refuse(source: str, status: int, reason: str, message: str, detail: Any = "
 def check_tag(tag: str | None, source: str = "http") -> None:
     """Refuse (400, counted) a tag longer than :data:`MAX_TAG` characters."""
     if tag is not None and len(tag) > MAX_TAG:
-        raise _refuse(source, 400, "tag_too_long",
-                      f"tag of {len(tag)} characters (at most {MAX_TAG})", tag)
+        raise _refuse(
+            source, 400, "tag_too_long", f"tag of {len(tag)} characters (at most {MAX_TAG})", tag
+        )
 
 
 def media_kind(content_type: str | None) -> str | None:
@@ -126,9 +127,13 @@ def check_media(content_type: str | None, source: str = "http") -> str:
     """:func:`media_kind` of ``content_type``; refuse (415, counted) a foreign one."""
     kind = media_kind(content_type)
     if kind is None:
-        raise _refuse(source, 415, "unsupported_media_type",
-                      f"unsupported Content-Type {clip(content_type, 80)} "
-                      f"(send one of {ACCEPTED_TYPES})", f"Content-Type {content_type}")
+        raise _refuse(
+            source,
+            415,
+            "unsupported_media_type",
+            f"unsupported Content-Type {clip(content_type, 80)} (send one of {ACCEPTED_TYPES})",
+            f"Content-Type {content_type}",
+        )
     return kind
 
 
@@ -154,8 +159,9 @@ def decode_body(
     if lease is None:
         lease = Lease(max_decompressed_bytes)
     try:
-        records, rejected = _decode(body, kind, content_encoding, tag, lease, max_records,
-                                    max_line, source)
+        records, rejected = _decode(
+            body, kind, content_encoding, tag, lease, max_records, max_line, source
+        )
     except BodyRefused as exc:
         refused = exc
     else:
@@ -184,24 +190,34 @@ def _decode(
     source: str,
 ) -> tuple[list[LogRecord], int]:
     encoding = (content_encoding or "").strip().lower()
-    if encoding in ("gzip", "x-gzip") or (
-        encoding in ("", "identity") and body[:2] == GZIP_MAGIC
-    ):
+    if encoding in ("gzip", "x-gzip") or (encoding in ("", "identity") and body[:2] == GZIP_MAGIC):
         body = _inflate(body, lease, source)
     elif encoding not in ("", "identity"):
-        raise _refuse(source, 415, "unsupported_encoding",
-                      f"unsupported Content-Encoding {clip(encoding, 40)}")
+        raise _refuse(
+            source,
+            415,
+            "unsupported_encoding",
+            f"unsupported Content-Encoding {clip(encoding, 40)}",
+        )
     if not kind:
         kind = _sniff(body) or ""
         if not kind:
-            raise _refuse(source, 415, "unsupported_media_type",
-                          f"no Content-Type and not JSON or msgpack "
-                          f"(send one of {ACCEPTED_TYPES})", body[:80])
+            raise _refuse(
+                source,
+                415,
+                "unsupported_media_type",
+                f"no Content-Type and not JSON or msgpack (send one of {ACCEPTED_TYPES})",
+                body[:80],
+            )
         records, rejected = _structured(body, kind, tag, source, max_records, max_line)
         if rejected and not records:  # it only looked like JSON or msgpack: junk
-            raise _refuse(source, 415, "unsupported_media_type",
-                          f"no Content-Type and nothing decodable as {kind} "
-                          f"(send one of {ACCEPTED_TYPES})", body[:80])
+            raise _refuse(
+                source,
+                415,
+                "unsupported_media_type",
+                f"no Content-Type and nothing decodable as {kind} (send one of {ACCEPTED_TYPES})",
+                body[:80],
+            )
         return records, rejected
     if kind != "text":
         return _structured(body, kind, tag, source, max_records, max_line)
@@ -230,15 +246,28 @@ def decode_http_body(
 ) -> tuple[list[LogRecord], int]:
     """As :func:`decode_body`, but a body refused as a whole is ``([], 1)``."""
     try:
-        return decode_body(body, content_type, content_encoding, tag,
-                           max_decompressed_bytes=max_decompressed_bytes,
-                           max_records=max_records, max_line=max_line, source=source)
+        return decode_body(
+            body,
+            content_type,
+            content_encoding,
+            tag,
+            max_decompressed_bytes=max_decompressed_bytes,
+            max_records=max_records,
+            max_line=max_line,
+            source=source,
+        )
     except BodyRefused:
         return [], 1
 
 
-def _structured(body: bytes | bytearray, kind: str, tag: str | None, source: str,
-                max_records: int, max_line: int) -> tuple[list[LogRecord], int]:
+def _structured(
+    body: bytes | bytearray,
+    kind: str,
+    tag: str | None,
+    source: str,
+    max_records: int,
+    max_line: int,
+) -> tuple[list[LogRecord], int]:
     stream = tag or source
     cap = _Cap(max_records, source)
     if kind == "msgpack":
@@ -252,8 +281,9 @@ def _inflate(body: bytes | bytearray, lease: Lease, source: str) -> bytearray:
     try:
         return gunzip_bounded(body, lease)
     except DecompressedTooLarge:
-        raise _refuse(source, 413, "decompressed_too_large",
-                      f"gzip body expands beyond {lease.limit} bytes") from None
+        raise _refuse(
+            source, 413, "decompressed_too_large", f"gzip body expands beyond {lease.limit} bytes"
+        ) from None
     except BudgetExhausted as exc:
         raise _refuse(source, 503, "memory_budget", str(exc)) from None
     except ValueError as exc:
@@ -269,8 +299,12 @@ class _Cap:
 
     def check(self, count: int) -> None:
         if count > self.limit:
-            raise _refuse(self.source, 413, "too_many_records",
-                          f"body expands to more than {self.limit} records")
+            raise _refuse(
+                self.source,
+                413,
+                "too_many_records",
+                f"body expands to more than {self.limit} records",
+            )
 
     def lines(self, text: str) -> None:
         """Refuse a text body with too many lines before splitting it."""
@@ -290,7 +324,11 @@ def _sniff(body: bytes | bytearray) -> str | None:
 
 
 def _msgpack(
-    body: bytes | bytearray, tag: str | None, stream: str, source: str, max_line: int,
+    body: bytes | bytearray,
+    tag: str | None,
+    stream: str,
+    source: str,
+    max_line: int,
     cap: _Cap,
 ) -> tuple[list[LogRecord], int]:
     records: list[LogRecord] = []

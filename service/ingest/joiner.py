@@ -148,8 +148,14 @@ class Joiner:
             if lines is not None:
                 pieces = lines.split("\n")
                 pos = first.position
-                return [LogRecord(first.stream, piece, first.time,
-                                  first.meta if i == 0 else dict(first.meta),
-                                  pos if i == 0 or pos is None else f"{pos}#{i}")
-                        for i, piece in enumerate(pieces)]
+                return [
+                    LogRecord(
+                        first.stream,
+                        piece,
+                        first.time,
+                        first.meta if i == 0 else dict(first.meta),
+                        pos if i == 0 or pos is None else f"{pos}#{i}",
+                    )
+                    for i, piece in enumerate(pieces)
+                ]
         return [LogRecord(first.stream, text, first.time, first.meta, first.position)]

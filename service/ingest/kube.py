@@ -57,16 +57,25 @@ _NORMAL_KEPT = frozenset(("Killing",))
 # the same pod: "... will be restarted")
 _ENDING_REASONS = frozenset(("Killing", "Evicted", "Preempted", "Preempting"))
 # controllers' events naming the pod they created or deleted
-_CONTROLLERS = frozenset(("ReplicaSet", "Job", "StatefulSet", "ReplicationController",
-                          "LeaderWorkerSet"))
+_CONTROLLERS = frozenset(
+    ("ReplicaSet", "Job", "StatefulSet", "ReplicationController", "LeaderWorkerSet")
+)
 _CONTROLLER_POD = re.compile(
     r"^(?:Created pod: (?P<created>\S+)|Deleted pod: (?P<deleted>\S+)"
     r"|create Pod (?P<created_sts>\S+) in StatefulSet \S+ successful"
-    r"|delete Pod (?P<deleted_sts>\S+) in StatefulSet \S+ successful)")
-_WAITING_FAILURES = frozenset((
-    "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
-    "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
-))
+    r"|delete Pod (?P<deleted_sts>\S+) in StatefulSet \S+ successful)"
+)
+_WAITING_FAILURES = frozenset(
+    (
+        "CrashLoopBackOff",
+        "ImagePullBackOff",
+        "ErrImagePull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    )
+)
 
 
 def is_kube_object(obj: Mapping[str, Any]) -> bool:
@@ -81,9 +90,14 @@ def is_kube_object(obj: Mapping[str, Any]) -> bool:
     return type(obj.get("object")) is dict and type(obj.get("type")) is str and len(obj) == 2
 
 
-def kube_records(obj: Mapping[str, Any], *, time: Any = None,
-                 position: str | None = None, meta: Mapping[str, Any] | None = None,
-                 depth: int = 0) -> list[LogRecord]:
+def kube_records(
+    obj: Mapping[str, Any],
+    *,
+    time: Any = None,
+    position: str | None = None,
+    meta: Mapping[str, Any] | None = None,
+    depth: int = 0,
+) -> list[LogRecord]:
     """The evidence records of one Kubernetes object (``[]`` for routine ones)."""
     if "involvedObject" in obj or "regarding" in obj:
         return _event(obj, time, position, meta)
@@ -100,14 +114,21 @@ def kube_records(obj: Mapping[str, Any], *, time: Any = None,
     for item in items:
         if type(item) is dict and is_kube_object(item):
             pos = position if not out or position is None else f"{position}#{len(out)}"
-            out.extend(kube_records(item, time=time, position=pos, meta=meta,
-                                    depth=depth + 1))
+            out.extend(kube_records(item, time=time, position=pos, meta=meta, depth=depth + 1))
     return out
 
 
-def _record(ns: str, pod: str, container: str | None, text: str, t: float | None,
-            position: str | None, meta: Mapping[str, Any] | None, kube: dict[str, Any],
-            node: str | None) -> LogRecord:
+def _record(
+    ns: str,
+    pod: str,
+    container: str | None,
+    text: str,
+    t: float | None,
+    position: str | None,
+    meta: Mapping[str, Any] | None,
+    kube: dict[str, Any],
+    node: str | None,
+) -> LogRecord:
     rec_meta: dict[str, Any] = dict(meta) if meta else {}
     rec_meta["namespace"] = ns
     rec_meta["pod"] = pod
@@ -131,8 +152,9 @@ def _d(value: Any) -> dict[str, Any]:
     return value if type(value) is dict else {}
 
 
-def _event(ev: Mapping[str, Any], time: Any, position: str | None,
-           meta: Mapping[str, Any] | None) -> list[LogRecord]:
+def _event(
+    ev: Mapping[str, Any], time: Any, position: str | None, meta: Mapping[str, Any] | None
+) -> list[LogRecord]:
     ref = ev.get("involvedObject") or ev.get("regarding")
     if type(ref) is not dict:
         return []
@@ -166,8 +188,7 @@ def _event(ev: Mapping[str, Any], time: Any, position: str | None,
     times = f" (x{count})" if count > 1 else ""
     text = f"{EVENT_PREFIX} {etype} {reason} {where}{times}: {message}"
     uid = _s((ev.get("metadata") or {}).get("uid")) or _s((ev.get("metadata") or {}).get("name"))
-    kube = {"kind": "event", "reason": reason, "type": etype,
-            "id": f"event:{uid or text}:{count}"}
+    kube = {"kind": "event", "reason": reason, "type": etype, "id": f"event:{uid or text}:{count}"}
     if reason in _ENDING_REASONS and "will be restarted" not in message:
         kube["life"] = "ended"
     return [_record(ns, name, container, text, t, position, meta, kube, node)]
@@ -175,14 +196,25 @@ def _event(ev: Mapping[str, Any], time: Any, position: str | None,
 
 def _event_time(ev: Mapping[str, Any], time: Any) -> float | None:
     series = _d(ev.get("series"))
-    return (to_epoch(ev.get("lastTimestamp")) or to_epoch(series.get("lastObservedTime"))
-            or to_epoch(ev.get("deprecatedLastTimestamp")) or to_epoch(ev.get("eventTime"))
-            or to_epoch(ev.get("firstTimestamp")) or to_epoch(ev.get("deprecatedFirstTimestamp"))
-            or to_epoch((ev.get("metadata") or {}).get("creationTimestamp")) or to_epoch(time))
+    return (
+        to_epoch(ev.get("lastTimestamp"))
+        or to_epoch(series.get("lastObservedTime"))
+        or to_epoch(ev.get("deprecatedLastTimestamp"))
+        or to_epoch(ev.get("eventTime"))
+        or to_epoch(ev.get("firstTimestamp"))
+        or to_epoch(ev.get("deprecatedFirstTimestamp"))
+        or to_epoch((ev.get("metadata") or {}).get("creationTimestamp"))
+        or to_epoch(time)
+    )
 
 
-def _controller_event(ev: Mapping[str, Any], ref: Mapping[str, Any], time: Any,
-                      position: str | None, meta: Mapping[str, Any] | None) -> list[LogRecord]:
+def _controller_event(
+    ev: Mapping[str, Any],
+    ref: Mapping[str, Any],
+    time: Any,
+    position: str | None,
+    meta: Mapping[str, Any] | None,
+) -> list[LogRecord]:
     """A controller created or deleted one of its pods: lifecycle evidence of that pod."""
     reason = _s(ev.get("reason"))
     if reason not in ("SuccessfulCreate", "SuccessfulDelete"):
@@ -192,19 +224,31 @@ def _controller_event(ev: Mapping[str, Any], ref: Mapping[str, Any], time: Any,
     ns = _s(ref.get("namespace")) or _s((ev.get("metadata") or {}).get("namespace"))
     if m is None or not ns:
         return []
-    pod = m.group("created") or m.group("created_sts") or m.group("deleted") \
-        or m.group("deleted_sts")
+    pod = (
+        m.group("created") or m.group("created_sts") or m.group("deleted") or m.group("deleted_sts")
+    )
     life = "created" if m.group("created") or m.group("created_sts") else "ended"
     owner = f"{_s(ref.get('kind'))} {ns}/{_s(ref.get('name'))}"
     text = f"{EVENT_PREFIX} Normal {reason} pod {ns}/{pod} by {owner}: {message}"
     uid = _s((ev.get("metadata") or {}).get("uid")) or text
-    kube = {"kind": "event", "reason": reason, "type": "Normal", "life": life,
-            "life_only": True, "id": f"event:{uid}:{life}"}
+    kube = {
+        "kind": "event",
+        "reason": reason,
+        "type": "Normal",
+        "life": life,
+        "life_only": True,
+        "id": f"event:{uid}:{life}",
+    }
     return [_record(ns, pod, None, text, _event_time(ev, time), position, meta, kube, None)]
 
 
-def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
-         meta: Mapping[str, Any] | None, deleted: bool = False) -> list[LogRecord]:
+def _pod(
+    pod: Mapping[str, Any],
+    time: Any,
+    position: str | None,
+    meta: Mapping[str, Any] | None,
+    deleted: bool = False,
+) -> list[LogRecord]:
     md = _d(pod.get("metadata"))
     status = _d(pod.get("status"))
     spec = _d(pod.get("spec"))
@@ -214,8 +258,12 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
     node = _s(spec.get("nodeName")) or None
     uid = _s(md.get("uid")) or name
     out: list[LogRecord] = []
-    statuses = [s for key in ("initContainerStatuses", "containerStatuses")
-                for s in (status.get(key) or []) if type(s) is dict]
+    statuses = [
+        s
+        for key in ("initContainerStatuses", "containerStatuses")
+        for s in (status.get(key) or [])
+        if type(s) is dict
+    ]
     for cs in statuses:
         cname = _s(cs.get("name"))
         if not cname:
@@ -232,8 +280,7 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
             code = term.get("exitCode")
             if reason == "Completed" or (code == 0 and not reason):
                 continue
-            tid = (f"term:{uid}:{cname}:{_s(term.get('containerID'))}:"
-                   f"{_s(term.get('finishedAt'))}")
+            tid = f"term:{uid}:{cname}:{_s(term.get('containerID'))}:{_s(term.get('finishedAt'))}"
             if tid in seen:
                 continue
             seen.add(tid)
@@ -246,8 +293,9 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
             if term.get("finishedAt"):
                 parts.append(f"finished {_s(term.get('finishedAt'))}")
             msg = " ".join(_s(term.get("message")).split())[:MAX_MESSAGE]
-            text = (f"{STATUS_PREFIX} {where} terminated: {', '.join(parts)}"
-                    + (f": {msg}" if msg else ""))
+            text = f"{STATUS_PREFIX} {where} terminated: {', '.join(parts)}" + (
+                f": {msg}" if msg else ""
+            )
             t = to_epoch(term.get("finishedAt")) or to_epoch(time)
             kube = {"kind": "status", "reason": reason, "id": tid}
             out.append(_record(ns, name, cname, text, t, _pos(position, out), meta, kube, node))
@@ -256,22 +304,44 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
         if type(waiting) is dict and _s(waiting.get("reason")) in _WAITING_FAILURES:
             reason = _s(waiting.get("reason"))
             msg = " ".join(_s(waiting.get("message")).split())[:MAX_MESSAGE]
-            text = (f"{STATUS_PREFIX} {where} waiting: reason {reason}, restarts {restarts}"
-                    + (f": {msg}" if msg else ""))
-            kube = {"kind": "status", "reason": reason,
-                    "id": f"wait:{uid}:{cname}:{reason}:{restarts}"}
-            out.append(_record(ns, name, cname, text, to_epoch(time), _pos(position, out), meta,
-                               kube, node))
+            text = f"{STATUS_PREFIX} {where} waiting: reason {reason}, restarts {restarts}" + (
+                f": {msg}" if msg else ""
+            )
+            kube = {
+                "kind": "status",
+                "reason": reason,
+                "id": f"wait:{uid}:{cname}:{reason}:{restarts}",
+            }
+            out.append(
+                _record(
+                    ns, name, cname, text, to_epoch(time), _pos(position, out), meta, kube, node
+                )
+            )
     evicted = _s(status.get("reason")) == "Evicted"
     ended = _pod_ended(md, status, statuses, deleted)
     if ended is not None and not evicted:
         why, at = ended
         where = f"pod {ns}/{name}" + (f" on {node}" if node else "")
-        kube = {"kind": "status", "reason": why, "life": "ended", "life_only": True,
-                "id": f"ended:{uid}"}
-        out.append(_record(ns, name, None, f"{STATUS_PREFIX} {where} ended: {why}",
-                           to_epoch(at) or to_epoch(time), _pos(position, out), meta, kube,
-                           node))
+        kube = {
+            "kind": "status",
+            "reason": why,
+            "life": "ended",
+            "life_only": True,
+            "id": f"ended:{uid}",
+        }
+        out.append(
+            _record(
+                ns,
+                name,
+                None,
+                f"{STATUS_PREFIX} {where} ended: {why}",
+                to_epoch(at) or to_epoch(time),
+                _pos(position, out),
+                meta,
+                kube,
+                node,
+            )
+        )
     if evicted:
         msg = " ".join(_s(status.get("message")).split())[:MAX_MESSAGE]
         names = [_s(cs.get("name")) for cs in statuses if _s(cs.get("name"))]
@@ -280,17 +350,24 @@ def _pod(pod: Mapping[str, Any], time: Any, position: str | None,
         where += f" on {node}" if node else ""
         text = f"{STATUS_PREFIX} {where} Evicted: {msg}"
         kube = {"kind": "status", "reason": "Evicted", "id": f"evicted:{uid}", "life": "ended"}
-        out.append(_record(ns, name, only, text, to_epoch(time), _pos(position, out), meta,
-                           kube, node))
+        out.append(
+            _record(ns, name, only, text, to_epoch(time), _pos(position, out), meta, kube, node)
+        )
     return out
 
 
-def _pod_ended(md: Mapping[str, Any], status: Mapping[str, Any],
-               statuses: list[dict[str, Any]], deleted: bool) -> tuple[str, Any] | None:
+def _pod_ended(
+    md: Mapping[str, Any], status: Mapping[str, Any], statuses: list[dict[str, Any]], deleted: bool
+) -> tuple[str, Any] | None:
     """(why, when) the pod itself ended - deleted, being deleted, or its phase final (its
     containers will not be restarted in it) - else None."""
-    finished = max((_s(_d(_d(cs.get("state")).get("terminated")).get("finishedAt"))
-                    for cs in statuses), default="") or None
+    finished = (
+        max(
+            (_s(_d(_d(cs.get("state")).get("terminated")).get("finishedAt")) for cs in statuses),
+            default="",
+        )
+        or None
+    )
     if deleted:
         return "deleted", md.get("deletionTimestamp") or finished
     if md.get("deletionTimestamp"):

@@ -37,8 +37,9 @@ from service.ratelog import brief, clip, reject
 from service.records import LogRecord
 
 SOURCE = "otlp"
-PROTOBUF_TYPES = frozenset(("application/x-protobuf", "application/protobuf",
-                            "application/vnd.google.protobuf"))
+PROTOBUF_TYPES = frozenset(
+    ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf")
+)
 JSON_TYPES = frozenset(("application/json",))
 ACCEPTED_TYPES = "application/x-protobuf, application/json"
 # memory a parsed body takes beyond its bytes, charged to the lease before parsing
@@ -76,16 +77,25 @@ def refuse(status: int, reason: str, message: str, detail: Any = "") -> BodyRefu
 def check_media(content_type: str | None) -> str:
     kind = media(content_type)
     if kind is None:
-        raise refuse(415, "unsupported_media_type",
-                     f"unsupported Content-Type {clip(content_type, 80)} "
-                     f"(OTLP/HTTP sends one of {ACCEPTED_TYPES})", f"Content-Type {content_type}")
+        raise refuse(
+            415,
+            "unsupported_media_type",
+            f"unsupported Content-Type {clip(content_type, 80)} "
+            f"(OTLP/HTTP sends one of {ACCEPTED_TYPES})",
+            f"Content-Type {content_type}",
+        )
     return kind
 
 
-def decode_export(body: bytes | bytearray, content_type: str | None,
-                  content_encoding: str | None, *, lease: Lease | None = None,
-                  max_records: int = MAX_RECORDS, max_line: int = MAX_LINE,
-                  ) -> tuple[list[LogRecord], int]:
+def decode_export(
+    body: bytes | bytearray,
+    content_type: str | None,
+    content_encoding: str | None,
+    *,
+    lease: Lease | None = None,
+    max_records: int = MAX_RECORDS,
+    max_line: int = MAX_LINE,
+) -> tuple[list[LogRecord], int]:
     """``(records, rejected log records)`` of one export request; raises
     :class:`BodyRefused` when the body is refused whole."""
     kind = check_media(content_type)
@@ -94,18 +104,24 @@ def decode_export(body: bytes | bytearray, content_type: str | None,
         lease = Lease(MAX_DECOMPRESSED_BYTES)
     try:
         encoding = (content_encoding or "").strip().lower()
-        if encoding in ("gzip", "x-gzip") or (encoding in ("", "identity")
-                                              and body[:2] == GZIP_MAGIC):
+        if encoding in ("gzip", "x-gzip") or (
+            encoding in ("", "identity") and body[:2] == GZIP_MAGIC
+        ):
             body = _inflate(body, lease)
         elif encoding not in ("", "identity"):
-            raise refuse(415, "unsupported_encoding",
-                         f"unsupported Content-Encoding {clip(encoding, 40)} (gzip or none)")
+            raise refuse(
+                415,
+                "unsupported_encoding",
+                f"unsupported Content-Encoding {clip(encoding, 40)} (gzip or none)",
+            )
         try:
             lease.take(len(body) * PARSE_FACTOR[kind])
         except DecompressedTooLarge:
-            raise refuse(413, "decompressed_too_large",
-                         f"export request too large to parse within {lease.limit} bytes"
-                         ) from None
+            raise refuse(
+                413,
+                "decompressed_too_large",
+                f"export request too large to parse within {lease.limit} bytes",
+            ) from None
         except BudgetExhausted as exc:
             raise refuse(503, "memory_budget", str(exc)) from None
         resources = _protobuf(body) if kind == "protobuf" else _json(body)
@@ -129,8 +145,9 @@ def _inflate(body: bytes | bytearray, lease: Lease) -> bytearray:
     try:
         return gunzip_bounded(body, lease)
     except DecompressedTooLarge:
-        raise refuse(413, "decompressed_too_large",
-                     f"gzip body expands beyond {lease.limit} bytes") from None
+        raise refuse(
+            413, "decompressed_too_large", f"gzip body expands beyond {lease.limit} bytes"
+        ) from None
     except BudgetExhausted as exc:
         raise refuse(503, "memory_budget", str(exc)) from None
     except ValueError as exc:
@@ -156,8 +173,9 @@ def _protobuf(body: bytes | bytearray) -> Iterator[tuple[dict[str, Any], Iterato
     try:
         req = ExportLogsServiceRequest.FromString(bytes(body))
     except (DecodeError, RecursionError, ValueError) as exc:
-        raise refuse(400, "bad_protobuf", f"not an OTLP ExportLogsServiceRequest: {exc}",
-                     body[:80]) from None
+        raise refuse(
+            400, "bad_protobuf", f"not an OTLP ExportLogsServiceRequest: {exc}", body[:80]
+        ) from None
 
     def logs(rl: Any) -> Iterator[_Log]:
         for sl in rl.scope_logs:
@@ -210,12 +228,12 @@ def _json(body: bytes | bytearray) -> Iterator[tuple[dict[str, Any], Iterator[_L
                 if not isinstance(lr, dict):
                     yield _Log(None, None, {})
                     continue
-                t = _nanos(_get(lr, "timeUnixNano", "time_unix_nano")) or \
-                    _nanos(_get(lr, "observedTimeUnixNano", "observed_time_unix_nano"))
+                t = _nanos(_get(lr, "timeUnixNano", "time_unix_nano")) or _nanos(
+                    _get(lr, "observedTimeUnixNano", "observed_time_unix_nano")
+                )
                 raw = lr.get("body")
                 body_value = _json_value(raw, 0) if isinstance(raw, dict) else None
-                yield _Log(t / 1e9 if t else None, body_value,
-                           _json_attrs(lr.get("attributes")))
+                yield _Log(t / 1e9 if t else None, body_value, _json_attrs(lr.get("attributes")))
 
     for rl in resource_logs:
         if isinstance(rl, dict):
@@ -263,17 +281,23 @@ def _json_value(v: Mapping[str, Any], depth: int) -> Any:
             if depth >= MAX_DEPTH:
                 return "..."
             inner = v[key].get("values") if isinstance(v[key], dict) else None
-            return {kv["key"]: (_json_value(kv["value"], depth + 1)
-                                if isinstance(kv.get("value"), dict) else None)
-                    for kv in _list(inner) if isinstance(kv, dict)
-                    and isinstance(kv.get("key"), str)}
+            return {
+                kv["key"]: (
+                    _json_value(kv["value"], depth + 1)
+                    if isinstance(kv.get("value"), dict)
+                    else None
+                )
+                for kv in _list(inner)
+                if isinstance(kv, dict) and isinstance(kv.get("key"), str)
+            }
     for key in ("arrayValue", "array_value"):
         if key in v:
             if depth >= MAX_DEPTH:
                 return "..."
             inner = v[key].get("values") if isinstance(v[key], dict) else None
-            return [_json_value(x, depth + 1) if isinstance(x, dict) else None
-                    for x in _list(inner)]
+            return [
+                _json_value(x, depth + 1) if isinstance(x, dict) else None for x in _list(inner)
+            ]
     for key in ("intValue", "int_value"):
         if key in v:  # int64: a JSON string or number
             x = v[key]
@@ -283,8 +307,14 @@ def _json_value(v: Mapping[str, Any], depth: int) -> Any:
                 except ValueError:
                     return x
             return x
-    for key in ("boolValue", "bool_value", "doubleValue", "double_value", "bytesValue",
-                "bytes_value"):
+    for key in (
+        "boolValue",
+        "bool_value",
+        "doubleValue",
+        "double_value",
+        "bytesValue",
+        "bytes_value",
+    ):
         if key in v:
             return v[key]
     return None
@@ -307,10 +337,12 @@ def resource_meta(attrs: Mapping[str, Any]) -> dict[str, Any]:
         tags = attrs.get("container.image.tags")
         if not (isinstance(tag, str) and tag) and isinstance(tags, list) and tags:
             tag = tags[0] if isinstance(tags[0], str) else None
-        meta["image"] = f"{image}:{tag}" if tag and ":" not in image.rsplit("/", 1)[-1] \
-            else image
-    labels = {k[len(LABEL_PREFIX):]: str(v) for k, v in attrs.items()
-              if k.startswith(LABEL_PREFIX) and v is not None}
+        meta["image"] = f"{image}:{tag}" if tag and ":" not in image.rsplit("/", 1)[-1] else image
+    labels = {
+        k[len(LABEL_PREFIX) :]: str(v)
+        for k, v in attrs.items()
+        if k.startswith(LABEL_PREFIX) and v is not None
+    }
     if labels:
         meta["labels"] = labels
     cid = meta.get("container_id")
@@ -329,8 +361,9 @@ def _text(body: Any) -> str | None:
     return str(body)
 
 
-def _records(resources: Iterator[tuple[dict[str, Any], Iterator[_Log]]], max_records: int,
-             max_line: int) -> tuple[list[LogRecord], int]:
+def _records(
+    resources: Iterator[tuple[dict[str, Any], Iterator[_Log]]], max_records: int, max_line: int
+) -> tuple[list[LogRecord], int]:
     out: list[LogRecord] = []
     rejected = 0
     seen = 0
@@ -341,8 +374,11 @@ def _records(resources: Iterator[tuple[dict[str, Any], Iterator[_Log]]], max_rec
         for log in logs:
             seen += 1
             if seen > max_records:
-                raise refuse(413, "too_many_records",
-                             f"export request holds more than {max_records} log records")
+                raise refuse(
+                    413,
+                    "too_many_records",
+                    f"export request holds more than {max_records} log records",
+                )
             text = _text(log.body)
             if text is None:
                 reject(SOURCE, "no_log_field", "log record without a body")
@@ -361,6 +397,14 @@ def _records(resources: Iterator[tuple[dict[str, Any], Iterator[_Log]]], max_rec
             fd = la.get("log.iostream") if la else None
             if fd in ("stdout", "stderr"):
                 record["stream"] = fd
-            out.extend(decode_record(record, stream=stream_key(meta, fallback), time=log.time,
-                                     meta=meta, source=SOURCE, max_line=max_line))
+            out.extend(
+                decode_record(
+                    record,
+                    stream=stream_key(meta, fallback),
+                    time=log.time,
+                    meta=meta,
+                    source=SOURCE,
+                    max_line=max_line,
+                )
+            )
     return out, rejected

@@ -49,8 +49,9 @@ def is_vllm_json(obj: Mapping[str, Any]) -> bool:
 def vllm_json_lines(obj: Mapping[str, Any]) -> list[str]:
     """The text lines vLLM's own formatter prints for the record ``obj``."""
     name = obj.get("name")
-    header = (_uvicorn_header(obj) if type(name) is str and name.startswith("uvicorn")
-              else _header(obj))
+    header = (
+        _uvicorn_header(obj) if type(name) is str and name.startswith("uvicorn") else _header(obj)
+    )
     text = obj.get("message") or ""
     for key in ("exc_info", "stack_info"):
         extra = obj.get(key)

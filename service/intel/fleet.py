@@ -21,14 +21,28 @@ from service.taxonomy import tier_of
 
 # Categories whose failures typically hit many nodes at once (a driver branch, an image, a
 # network fabric); capacity and config failures are per-workload and page on their own.
-FLEET_PRONE = frozenset({
-    "driver_incompatible", "gpu_not_visible", "arch_unsupported", "library_mismatch",
-    "nccl_error", "mlx5_registration", "internode_network", "backend_kernel",
-})
+FLEET_PRONE = frozenset(
+    {
+        "driver_incompatible",
+        "gpu_not_visible",
+        "arch_unsupported",
+        "library_mismatch",
+        "nccl_error",
+        "mlx5_registration",
+        "internode_network",
+        "backend_kernel",
+    }
+)
 # What the members may share, most specific first (the first key reaching the threshold wins).
 KEYS = ("driver_branch", "image", "node_pool", "nccl_version", "namespace")
-_POOL_LABELS = ("cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup",
-                "kubernetes.azure.com/agentpool", "node-pool", "nodepool", "pool")
+_POOL_LABELS = (
+    "cloud.google.com/gke-nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "kubernetes.azure.com/agentpool",
+    "node-pool",
+    "nodepool",
+    "pool",
+)
 
 
 def fleet_keys(body: dict[str, Any]) -> dict[str, str]:
@@ -77,8 +91,9 @@ def is_fleet(body: dict[str, Any]) -> bool:
     return bool((body.get("meta") or {}).get("fleet"))
 
 
-def find_fleet(incident: dict[str, Any], recent: Iterable[dict[str, Any]],
-               threshold: int) -> tuple[str, str, list[dict[str, Any]]] | None:
+def find_fleet(
+    incident: dict[str, Any], recent: Iterable[dict[str, Any]], threshold: int
+) -> tuple[str, str, list[dict[str, Any]]] | None:
     """(key, value, members) when ``threshold`` or more distinct workloads/nodes
     (:func:`member_unit`) with the same category as ``incident`` share one of its key values;
     else None. ``recent`` are the open incidents of the window (``incident`` may be among
@@ -90,8 +105,11 @@ def find_fleet(incident: dict[str, Any], recent: Iterable[dict[str, Any]],
     groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
     units: dict[tuple[str, str], set[str]] = defaultdict(set)
     for other in [incident, *recent]:
-        if (_category(other) != category or other.get("severity", "critical") != "critical"
-                or is_fleet(other)):
+        if (
+            _category(other) != category
+            or other.get("severity", "critical") != "critical"
+            or is_fleet(other)
+        ):
             continue
         theirs = fleet_keys(other)
         ident = str(other.get("id") or id(other))
@@ -143,43 +161,67 @@ def fleet_detail(category: str, key: str, value: str, count: int) -> str:
 
 def fleet_extra(key: str, value: str, members: list[dict[str, Any]]) -> dict[str, Any]:
     """``extra.fleet``: what the members share, how many workloads/nodes, who they are."""
-    return {"key": key, "value": value, "count": len({member_unit(m) for m in members}),
-            "incidents": len(members),
-            "members": sorted(str(m.get("id")) for m in members)[:200],
-            "streams": sorted({str(m.get("stream", "")) for m in members})[:200]}
+    return {
+        "key": key,
+        "value": value,
+        "count": len({member_unit(m) for m in members}),
+        "incidents": len(members),
+        "members": sorted(str(m.get("id")) for m in members)[:200],
+        "streams": sorted({str(m.get("stream", "")) for m in members})[:200],
+    }
 
 
-def fleet_incident(category: str, key: str, value: str, members: list[dict[str, Any]],
-                   window_start: float, now: float) -> Incident:
+def fleet_incident(
+    category: str,
+    key: str,
+    value: str,
+    members: list[dict[str, Any]],
+    window_start: float,
+    now: float,
+) -> Incident:
     """The fleet incident: the first member's root cause, the count, what they share."""
     first = min(members, key=lambda m: m.get("opened_at") or now)
     p = first.get("primary") or {}
     extra = fleet_extra(key, value, members)
     primary = Finding(
-        tier=tier_of(category), category=category, stage=p.get("stage", "cuda_init"),
-        confidence=float(p.get("confidence", 0.9)), method="fleet", rule=p.get("rule"),
-        line=p.get("line", ""), remediation=p.get("remediation", ""),
+        tier=tier_of(category),
+        category=category,
+        stage=p.get("stage", "cuda_init"),
+        confidence=float(p.get("confidence", 0.9)),
+        method="fleet",
+        rule=p.get("rule"),
+        line=p.get("line", ""),
+        remediation=p.get("remediation", ""),
         detail=fleet_detail(category, key, value, extra["count"]),
     )
     return Incident(
         id=fleet_id(category, key, value, window_start),
-        stream=fleet_stream(category, key, value), run=0, primary=primary,
-        facts={key: value}, meta={**shared_meta(members), "fleet": True},
-        opened_at=now, updated_at=now, evidence=[p.get("line", "")],
-        explanation=first.get("explanation"), extra={"fleet": extra},
+        stream=fleet_stream(category, key, value),
+        run=0,
+        primary=primary,
+        facts={key: value},
+        meta={**shared_meta(members), "fleet": True},
+        opened_at=now,
+        updated_at=now,
+        evidence=[p.get("line", "")],
+        explanation=first.get("explanation"),
+        extra={"fleet": extra},
     )
 
 
-def with_members(fleet: dict[str, Any], members: list[dict[str, Any]],
-                 now: float) -> dict[str, Any]:
+def with_members(
+    fleet: dict[str, Any], members: list[dict[str, Any]], now: float
+) -> dict[str, Any]:
     """The fleet incident body after its member list changed (count, members, detail)."""
     body = dict(fleet)
     old = (body.get("extra") or {}).get("fleet") or {}
     key, value = old.get("key", ""), old.get("value", "")
     extra = fleet_extra(key, value, members)
     body["extra"] = {**(body.get("extra") or {}), "fleet": extra}
-    body["primary"] = {**body["primary"], "detail": fleet_detail(
-        body["primary"]["category"], key, value, extra["count"])}
+    body["primary"] = {
+        **body["primary"],
+        "detail": fleet_detail(body["primary"]["category"], key, value, extra["count"]),
+    }
     body["meta"] = {**shared_meta(members), "fleet": True}
     body["updated_at"] = now
     return body

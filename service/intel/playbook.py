@@ -17,9 +17,12 @@ def warning_advice(rule: str | None, playbook: dict[str, Any]) -> dict[str, Any]
     entry = (playbook.get("warnings") or {}).get(rule or "")
     if not entry:
         return None
-    return {"owner": entry.get("owner"), "explanation": _text(entry.get("explanation")),
-            "first_move": _text(entry.get("first_move")),
-            "evidence": list(entry.get("evidence") or [])}
+    return {
+        "owner": entry.get("owner"),
+        "explanation": _text(entry.get("explanation")),
+        "first_move": _text(entry.get("first_move")),
+        "evidence": list(entry.get("evidence") or []),
+    }
 
 
 def restart_advice(category: str, playbook: dict[str, Any]) -> tuple[bool, str]:
@@ -28,13 +31,18 @@ def restart_advice(category: str, playbook: dict[str, Any]) -> tuple[bool, str]:
     from service.taxonomy import tier_of
 
     rs = playbook.get("restarts") or {}
-    entry = ((rs.get("categories") or {}).get(category)
-             or (rs.get("tiers") or {}).get(tier_of(category)) or rs.get("default") or {})
+    entry = (
+        (rs.get("categories") or {}).get(category)
+        or (rs.get("tiers") or {}).get(tier_of(category))
+        or rs.get("default")
+        or {}
+    )
     return bool(entry.get("helps", True)), _text(entry.get("why"))
 
 
-def playbook_for(category: str, playbook: dict[str, Any], facts: dict[str, str],
-                 rule: str | None = None) -> dict[str, Any]:
+def playbook_for(
+    category: str, playbook: dict[str, Any], facts: dict[str, str], rule: str | None = None
+) -> dict[str, Any]:
     """Owner, first move, evidence to collect and (compatibility) the decision with its
     preconditions, for one incident; a warning (``rule`` with a ``warnings`` entry) gets its
     own owner, explanation, first move and evidence instead of its category's."""
@@ -52,14 +60,25 @@ def playbook_for(category: str, playbook: dict[str, Any], facts: dict[str, str],
         image = facts.get("image", "")
         bridge_ok = "kimi-k3" not in image and not image.endswith("cu130")
         out["decision"] = [
-            {"option": "driver_upgrade", "text": " ".join(decision["driver_upgrade"].split()),
-             "preconditions": ["compatibility proven (CUDA did not initialise)",
-                               "maintenance window", "rollback node"]},
-            {"option": "isolated_environment",
-             "text": " ".join(decision["isolated_environment"].split()),
-             "preconditions": ["a node pool already on the required driver branch"]},
-            {"option": "cu129_bridge", "text": " ".join(decision["cu129_bridge"].split()),
-             "preconditions": ["a -cu129 variant of the image exists"],
-             "available": bridge_ok},
+            {
+                "option": "driver_upgrade",
+                "text": " ".join(decision["driver_upgrade"].split()),
+                "preconditions": [
+                    "compatibility proven (CUDA did not initialise)",
+                    "maintenance window",
+                    "rollback node",
+                ],
+            },
+            {
+                "option": "isolated_environment",
+                "text": " ".join(decision["isolated_environment"].split()),
+                "preconditions": ["a node pool already on the required driver branch"],
+            },
+            {
+                "option": "cu129_bridge",
+                "text": " ".join(decision["cu129_bridge"].split()),
+                "preconditions": ["a -cu129 variant of the image exists"],
+                "available": bridge_ok,
+            },
         ]
     return out

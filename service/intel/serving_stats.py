@@ -55,21 +55,34 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
     del kvs[:-KV_HIGH_LINES]
     state["kv_high"] = state.get("kv_high", 0) + 1 if kv >= KV_HIGH_PCT else 0
     if state["kv_high"] == KV_HIGH_LINES:
-        out.append(Judgement("kv-cache-saturated", "oom_runtime",
-                             f"{dev} KV cache usage ≥ {KV_HIGH_PCT:.0f}% on the last "
-                             f"{KV_HIGH_LINES} stats lines ({_pcts(kvs)}); {running} running, "
-                             f"{waiting} waiting"))
+        out.append(
+            Judgement(
+                "kv-cache-saturated",
+                "oom_runtime",
+                f"{dev} KV cache usage ≥ {KV_HIGH_PCT:.0f}% on the last "
+                f"{KV_HIGH_LINES} stats lines ({_pcts(kvs)}); {running} running, "
+                f"{waiting} waiting",
+            )
+        )
     queue = state.setdefault("waiting", [])
     queue.append(waiting)
     del queue[:-QUEUE_GROWING_LINES]
-    if (len(queue) == QUEUE_GROWING_LINES and queue[-1] >= QUEUE_MIN
-            and all(b > a for a, b in zip(queue, queue[1:], strict=False))
-            and not state.get("queue_warned")):
+    if (
+        len(queue) == QUEUE_GROWING_LINES
+        and queue[-1] >= QUEUE_MIN
+        and all(b > a for a, b in zip(queue, queue[1:], strict=False))
+        and not state.get("queue_warned")
+    ):
         state["queue_warned"] = True
-        out.append(Judgement("waiting-queue-growing", "oom_runtime",
-                             f"waiting requests grew on the last {QUEUE_GROWING_LINES} stats "
-                             f"lines: {' → '.join(map(str, queue))} ({running} running, "
-                             f"{dev} KV cache usage {kv:.1f}%)"))
+        out.append(
+            Judgement(
+                "waiting-queue-growing",
+                "oom_runtime",
+                f"waiting requests grew on the last {QUEUE_GROWING_LINES} stats "
+                f"lines: {' → '.join(map(str, queue))} ({running} running, "
+                f"{dev} KV cache usage {kv:.1f}%)",
+            )
+        )
     elif queue and queue[-1] == 0:
         state["queue_warned"] = False
     swapped = int(m.group("swapped") or 0)
@@ -77,9 +90,14 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
     if (preempt or swapped) and not state.get("preempt_warned"):
         state["preempt_warned"] = True
         what = f"{preempt} preemptions" if preempt else f"{swapped} requests swapped out"
-        out.append(Judgement("requests-preempted", "oom_runtime",
-                             f"{what} in one stats interval ({dev} KV cache usage {kv:.1f}%, "
-                             f"{running} running, {waiting} waiting)"))
+        out.append(
+            Judgement(
+                "requests-preempted",
+                "oom_runtime",
+                f"{what} in one stats interval ({dev} KV cache usage {kv:.1f}%, "
+                f"{running} running, {waiting} waiting)",
+            )
+        )
     h = _HIT.search(message, m.end())
     if h is not None and prefix_caching_expected and prompt > 0:
         hit = float(h.group("hit"))
@@ -88,16 +106,23 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
         prompts.append(prompt)
         del prompts[:-HIT_ZERO_LINES]
         if state["hit_zero"] == HIT_ZERO_LINES:
-            out.append(Judgement("prefix-cache-hit-zero", "config_error",
-                                 f"prefix cache hit rate 0.0% on the last {HIT_ZERO_LINES} stats "
-                                 f"lines with prompts being served (prompt throughput "
-                                 f"{', '.join(f'{p:g}' for p in prompts)} tokens/s)"))
+            out.append(
+                Judgement(
+                    "prefix-cache-hit-zero",
+                    "config_error",
+                    f"prefix cache hit rate 0.0% on the last {HIT_ZERO_LINES} stats "
+                    f"lines with prompts being served (prompt throughput "
+                    f"{', '.join(f'{p:g}' for p in prompts)} tokens/s)",
+                )
+            )
     return out
 
 
-_CONCURRENCY = re.compile(r"(?:(?P<dev>GPU|CPU|XPU) KV cache size: (?P<tokens>[\d,]+) tokens, )?"
-                          r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: "
-                          r"(?P<x>[\d.]+)x")
+_CONCURRENCY = re.compile(
+    r"(?:(?P<dev>GPU|CPU|XPU) KV cache size: (?P<tokens>[\d,]+) tokens, )?"
+    r"Maximum concurrency for (?P<len>[\d,]+) tokens per request: "
+    r"(?P<x>[\d.]+)x"
+)
 _PREEMPT = re.compile(r"total_num_cumulative_preemption=(?P<n>\d+)")
 
 
@@ -106,10 +131,15 @@ def line_detail(rule: str | None, line: str) -> str | None:
     if rule == "kv-cache-barely-fits":
         m = _CONCURRENCY.search(line)
         if m:
-            size = (f" ({m.group('dev')} KV cache size {m.group('tokens')} tokens)"
-                    if m.group("tokens") else "")
-            return (f"the KV cache holds {m.group('x')}x a full-length request of "
-                    f"{m.group('len')} tokens{size}: fewer than 2")
+            size = (
+                f" ({m.group('dev')} KV cache size {m.group('tokens')} tokens)"
+                if m.group("tokens")
+                else ""
+            )
+            return (
+                f"the KV cache holds {m.group('x')}x a full-length request of "
+                f"{m.group('len')} tokens{size}: fewer than 2"
+            )
     if rule == "requests-preempted":
         m = _PREEMPT.search(line)
         if m:

@@ -7,21 +7,39 @@ from typing import Any
 
 # Deployment pods: <name>-<replicaset hash>-<5 chars>; StatefulSet: <name>-<ordinal>;
 # LeaderWorkerSet workers: <name>-<group>-<worker>; Job pods: <name>-<5 chars>.
-_POD_SUFFIX = re.compile(
-    r"^(?P<base>.+?)-(?:[a-z0-9]{6,10}-[a-z0-9]{5}|\d+-\d+|[a-z0-9]{5}|\d+)$")
+_POD_SUFFIX = re.compile(r"^(?P<base>.+?)-(?:[a-z0-9]{6,10}-[a-z0-9]{5}|\d+-\d+|[a-z0-9]{5}|\d+)$")
 
 DIFF_KEYS = (
-    "image", "vllm_version", "driver_version", "driver_cuda", "image_cuda", "nccl_version",
-    "torch_version", "model", "max_model_len", "gpu_memory_utilization", "max_num_seqs",
-    "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "dtype",
-    "quantization", "kv_cache_dtype", "enable_prefix_caching", "gpu_model", "node",
+    "image",
+    "vllm_version",
+    "driver_version",
+    "driver_cuda",
+    "image_cuda",
+    "nccl_version",
+    "torch_version",
+    "model",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "dtype",
+    "quantization",
+    "kv_cache_dtype",
+    "enable_prefix_caching",
+    "gpu_model",
+    "node",
 )
 
 
 # Labels naming the controller itself: LeaderWorkerSet (leader <lws>-<group>, workers
 # <lws>-<group>-<worker>), Job (pods <job>-<5 chars>, one per retry).
-_CONTROLLER_LABELS = ("leaderworkerset.sigs.k8s.io/name", "batch.kubernetes.io/job-name",
-                      "job-name")
+_CONTROLLER_LABELS = (
+    "leaderworkerset.sigs.k8s.io/name",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+)
 _ORDINAL = re.compile(r"^(?P<base>.+?)(?:-\d+){1,2}$")  # StatefulSet / LeaderWorkerSet
 
 

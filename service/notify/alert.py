@@ -54,10 +54,18 @@ class Alert:
         inc = self.incident
         out = self.summary()
         meta = inc.get("meta") or {}
-        out.update(stream=inc.get("stream"), namespace=meta.get("namespace"),
-                   pod=meta.get("pod"), node=meta.get("node"), meta=meta,
-                   facts=inc.get("facts") or {}, timeline=inc.get("timeline") or {},
-                   version=self.version, url=self.url, api_url=self.api_url)
+        out.update(
+            stream=inc.get("stream"),
+            namespace=meta.get("namespace"),
+            pod=meta.get("pod"),
+            node=meta.get("node"),
+            meta=meta,
+            facts=inc.get("facts") or {},
+            timeline=inc.get("timeline") or {},
+            version=self.version,
+            url=self.url,
+            api_url=self.api_url,
+        )
         return out
 
 

@@ -52,17 +52,23 @@ def endpoint(cfg: ReceiverSettings) -> str:
 
 
 def rfc3339(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def labels(alert: Alert, cfg: ReceiverSettings) -> dict[str, str]:
     s = alert.view()
     meta = s["meta"] or {}
-    out = {"alertname": ALERTNAME, "severity": s.get("severity"), "tier": s.get("tier"),
-           "category": s.get("category"), "stage": s.get("stage"),
-           "namespace": meta.get("namespace"), "pod": meta.get("pod"),
-           "node": meta.get("node"), "incident": alert.id}
+    out = {
+        "alertname": ALERTNAME,
+        "severity": s.get("severity"),
+        "tier": s.get("tier"),
+        "category": s.get("category"),
+        "stage": s.get("stage"),
+        "namespace": meta.get("namespace"),
+        "pod": meta.get("pod"),
+        "node": meta.get("node"),
+        "incident": alert.id,
+    }
     fleet = (s.get("extra") or {}).get("fleet") if meta.get("fleet") else None
     if isinstance(fleet, dict) and fleet.get("key"):
         out["fleet"] = f"{fleet.get('key')}={fleet.get('value')}"
@@ -97,14 +103,20 @@ def alert_json(alert: Alert, cfg: ReceiverSettings, now: float) -> dict[str, Any
         ends = max(starts, min(ends, now))
     else:
         ends = now + TTL_INTERVALS * cfg.resend_interval_s
-    return {"labels": labels(alert, cfg), "annotations": alert_annotations(alert),
-            "startsAt": rfc3339(starts), "endsAt": rfc3339(ends), "generatorURL": alert.url}
+    return {
+        "labels": labels(alert, cfg),
+        "annotations": alert_annotations(alert),
+        "startsAt": rfc3339(starts),
+        "endsAt": rfc3339(ends),
+        "generatorURL": alert.url,
+    }
 
 
 def request(alerts: list[dict[str, Any]], cfg: ReceiverSettings) -> HttpRequest:
     body = json.dumps(alerts, separators=(",", ":"), ensure_ascii=False, default=str).encode()
-    return HttpRequest(endpoint(cfg), body, {"Content-Type": "application/json",
-                                             "User-Agent": "vllm-sentinel"})
+    return HttpRequest(
+        endpoint(cfg), body, {"Content-Type": "application/json", "User-Agent": "vllm-sentinel"}
+    )
 
 
 def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
@@ -112,8 +124,13 @@ def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
 
 
 # ---- re-posting open alerts ------------------------------------------------------------------
-def resend(store: Any, http: httpx.Client, cfg: ReceiverSettings, settings: NotifySettings,
-           clock: Callable[[], float] = time.time) -> int:
+def resend(
+    store: Any,
+    http: httpx.Client,
+    cfg: ReceiverSettings,
+    settings: NotifySettings,
+    clock: Callable[[], float] = time.time,
+) -> int:
     """Post again every open incident this receiver was told about (a ``sent`` delivery);
     returns the alerts Alertmanager accepted. Afterwards the incidents are read again: one
     that resolved meanwhile (its resolution may have been delivered, by this or another
@@ -123,35 +140,50 @@ def resend(store: Any, http: httpx.Client, cfg: ReceiverSettings, settings: Noti
     accepted = 0
     for batch in _chunks(told, RESEND_BATCH):
         now = clock()
-        alerts = [alert_json(Alert("updated", inc, 0, settings.external_url), cfg, now)
-                  for inc in batch]
+        alerts = [
+            alert_json(Alert("updated", inc, 0, settings.external_url), cfg, now) for inc in batch
+        ]
         if not _post(http, cfg, alerts, "resent"):
             break
         accepted += len(alerts)
         ids = [str(inc["id"]) for inc in batch]
         ended = [inc for inc in store.incidents_by_id(ids) if inc.get("status") != "open"]
         if ended:
-            _post(http, cfg, [alert_json(Alert("resolved", inc, 0, settings.external_url),
-                                         cfg, clock()) for inc in ended], "resent")
+            _post(
+                http,
+                cfg,
+                [
+                    alert_json(Alert("resolved", inc, 0, settings.external_url), cfg, clock())
+                    for inc in ended
+                ],
+                "resent",
+            )
     return accepted
 
 
-def _post(http: httpx.Client, cfg: ReceiverSettings, alerts: list[dict[str, Any]],
-          outcome: str) -> bool:
+def _post(
+    http: httpx.Client, cfg: ReceiverSettings, alerts: list[dict[str, Any]], outcome: str
+) -> bool:
     req = request(alerts, cfg)
     try:
         resp = http.post(req.url, content=req.body, headers=req.headers, timeout=cfg.timeout_s)
-        error = None if 200 <= resp.status_code < 300 else \
-            f"HTTP {resp.status_code}: {resp.text[:200]}"
+        error = (
+            None if 200 <= resp.status_code < 300 else f"HTTP {resp.status_code}: {resp.text[:200]}"
+        )
     except httpx.HTTPError as exc:
         error = f"{type(exc).__name__}: {exc}"[:300]
     if error is None:
         metrics.DELIVERIES.labels(receiver=cfg.name, outcome=outcome).inc(len(alerts))
         return True
     metrics.DELIVERIES.labels(receiver=cfg.name, outcome="resend_failed").inc(len(alerts))
-    _resend_log.warning(f"resend:{cfg.name}", "receiver %s: re-posting %d open alerts "
-                        "failed (%s); tried again in %.0fs", cfg.name, len(alerts), error,
-                        cfg.resend_interval_s)
+    _resend_log.warning(
+        f"resend:{cfg.name}",
+        "receiver %s: re-posting %d open alerts failed (%s); tried again in %.0fs",
+        cfg.name,
+        len(alerts),
+        error,
+        cfg.resend_interval_s,
+    )
     return False
 
 

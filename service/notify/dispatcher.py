@@ -60,8 +60,7 @@ log = logging.getLogger("vllm_sentinel.notify")
 EXPAND_BATCH = 200
 IDENTITY_RETRY_S = 2.0  # how often an identity held by another process is tried again
 # errors after which the receiver may have the request (vs. refused before it was sent)
-AMBIGUOUS = (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError,
-             httpx.WriteError)
+AMBIGUOUS = (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 AMBIGUOUS_NOT = (httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
@@ -131,11 +130,15 @@ class Dispatcher:
             self._recover()
         except Exception:  # noqa: BLE001 - the outbox thread tries again
             log.warning("could not release the previous run's claims yet", exc_info=True)
-        self._threads = [threading.Thread(target=self._expand_loop, name="notify-outbox",
-                                          daemon=True)]
-        self._threads += [threading.Thread(target=self._send_loop, args=(r,),
-                                           name=f"notify-{r.name}", daemon=True)
-                          for r in self.receivers]
+        self._threads = [
+            threading.Thread(target=self._expand_loop, name="notify-outbox", daemon=True)
+        ]
+        self._threads += [
+            threading.Thread(
+                target=self._send_loop, args=(r,), name=f"notify-{r.name}", daemon=True
+            )
+            for r in self.receivers
+        ]
         for t in self._threads:
             t.start()
 
@@ -152,8 +155,12 @@ class Dispatcher:
             try:
                 self._pay(r)
             except Exception:  # noqa: BLE001 - left in doubt: re-sent with its key
-                log.warning("receiver %s: could not record %d outcomes before stopping",
-                            r.name, len(self._owed[r.name]), exc_info=True)
+                log.warning(
+                    "receiver %s: could not record %d outcomes before stopping",
+                    r.name,
+                    len(self._owed[r.name]),
+                    exc_info=True,
+                )
         if self._identity is not None:
             # nothing of ours on the wire, and the id is still ours alone: give back
             if joined and self._recovered:
@@ -178,18 +185,24 @@ class Dispatcher:
             return
         self._identity_tried = time.monotonic()
         if not self._identity.acquire():
-            log.log(logging.DEBUG if self._identity_warned else logging.WARNING,
-                    "instance id %s is in use by another live process; its delivery claims "
-                    "are left to it (set a distinct instance_id per replica)",
-                    self.instance_id)
+            log.log(
+                logging.DEBUG if self._identity_warned else logging.WARNING,
+                "instance id %s is in use by another live process; its delivery claims "
+                "are left to it (set a distinct instance_id per replica)",
+                self.instance_id,
+            )
             self._identity_warned = True
             return
         released, doubt = self.store.release_claims(self.instance_id)
         self._recovered = True
         if released:
-            log.warning("released %d delivery claims of this instance's previous run; %d "
-                        "were on the wire when it stopped and are sent again with the same "
-                        "Idempotency-Key", released, doubt)
+            log.warning(
+                "released %d delivery claims of this instance's previous run; %d "
+                "were on the wire when it stopped and are sent again with the same "
+                "Idempotency-Key",
+                released,
+                doubt,
+            )
             for ev in self._kick.values():
                 ev.set()
 
@@ -204,9 +217,13 @@ class Dispatcher:
             "instance_id": self.instance_id,
             "identity_held": bool(self._identity is not None and self._identity.held),
             "running": bool(alive) and all(alive.values()) and not self._stop.is_set(),
-            "receivers": {r.name: {"failing": self._failing.get(r.name, False),
-                                   "tokens": self.buckets[r.name].available()}
-                          for r in self.receivers},
+            "receivers": {
+                r.name: {
+                    "failing": self._failing.get(r.name, False),
+                    "tokens": self.buckets[r.name].available(),
+                }
+                for r in self.receivers
+            },
         }
 
     def run_once(self) -> int:
@@ -218,8 +235,9 @@ class Dispatcher:
     def expand(self) -> int:
         total = 0
         while not self._stop.is_set():
-            n = self.store.expand_outbox(self.route, limit=EXPAND_BATCH,
-                                         hold=self._hold if self.fleet else None)
+            n = self.store.expand_outbox(
+                self.route, limit=EXPAND_BATCH, hold=self._hold if self.fleet else None
+            )
             total += n
             if n < EXPAND_BATCH:
                 break
@@ -227,8 +245,12 @@ class Dispatcher:
 
     def _fleet_prone(self, incident: dict[str, Any]) -> bool:
         primary = incident.get("primary") or {}
-        return (self.fleet is not None and incident.get("severity", "critical") == "critical"
-                and primary.get("category") in FLEET_PRONE and not is_fleet(incident))
+        return (
+            self.fleet is not None
+            and incident.get("severity", "critical") == "critical"
+            and primary.get("category") in FLEET_PRONE
+            and not is_fleet(incident)
+        )
 
     def _hold(self, incident: dict[str, object]) -> float:
         """Seconds a fleet-prone incident's first message waits for its fleet to show."""
@@ -309,17 +331,22 @@ class Dispatcher:
                 continue
             n = max(1, min(self.claim_batch, bucket.available()))
             claims = self.store.claim_deliveries(
-                r.name, self.instance_id, lease_s=r.timeout_s * (n + 2) + 10,
-                group_wait_s=self.settings.group_wait_s, limit=n)
+                r.name,
+                self.instance_id,
+                lease_s=r.timeout_s * (n + 2) + 10,
+                group_wait_s=self.settings.group_wait_s,
+                limit=n,
+            )
             if not claims:
                 break
             for k, claim in enumerate(claims):
                 try:
                     sent += self._deliver(r, claim)
                 except Exception:
-                    for rest in claims[k + 1:]:  # give back the ones not tried
-                        self._owe(r, _Owed(rest.delivery_ids, "pending",
-                                           {"in_doubt": rest.in_doubt}))
+                    for rest in claims[k + 1 :]:  # give back the ones not tried
+                        self._owe(
+                            r, _Owed(rest.delivery_ids, "pending", {"in_doubt": rest.in_doubt})
+                        )
                     raise
         return sent
 
@@ -327,31 +354,34 @@ class Dispatcher:
     def _owe(self, r: ReceiverSettings, owed: _Owed) -> None:
         self._owed[r.name].append(owed)
 
-    def _record(self, r: ReceiverSettings, ids: list[int], status: str,
-                **kwargs: Any) -> int:
+    def _record(self, r: ReceiverSettings, ids: list[int], status: str, **kwargs: Any) -> int:
         """``store.finish_deliveries``; when the database fails, remembered (and the error
         raised): :meth:`_pay` records it before this receiver claims anything else."""
         try:
-            return self.store.finish_deliveries(ids, self.instance_id, status=status,
-                                                **kwargs)
+            return self.store.finish_deliveries(ids, self.instance_id, status=status, **kwargs)
         except Exception:
             self._owe(r, _Owed(ids, status, kwargs))
             if status == "sent":
-                log.warning("receiver %s: accepted %d deliveries but the store is "
-                            "unreachable; recording them when it is back (not sent again)",
-                            r.name, len(ids))
+                log.warning(
+                    "receiver %s: accepted %d deliveries but the store is "
+                    "unreachable; recording them when it is back (not sent again)",
+                    r.name,
+                    len(ids),
+                )
             raise
 
     def _pay(self, r: ReceiverSettings) -> None:
         owed = self._owed[r.name]
         while owed:
             o = owed[0]
-            self.store.finish_deliveries(o.ids, self.instance_id, status=o.status,
-                                         **o.kwargs)
+            self.store.finish_deliveries(o.ids, self.instance_id, status=o.status, **o.kwargs)
             owed.pop(0)
             if o.status == "sent":
-                log.info("receiver %s: recorded %d deliveries accepted during a store "
-                         "outage", r.name, len(o.ids))
+                log.info(
+                    "receiver %s: recorded %d deliveries accepted during a store outage",
+                    r.name,
+                    len(o.ids),
+                )
 
     def _deliver(self, r: ReceiverSettings, c: Claim) -> int:
         ids = c.delivery_ids
@@ -366,15 +396,23 @@ class Dispatcher:
                 return 0
             # a silence mutes news, never the resolution of an incident the receiver was
             # told about (a PagerDuty alert opened before the silence must close)
-            silence = None if (kind == "resolved" and not c.first) else \
-                self.silences.check(c.incident, r.name)
+            silence = (
+                None
+                if (kind == "resolved" and not c.first)
+                else self.silences.check(c.incident, r.name)
+            )
             if silence is not None:
                 self._finish(r, c, "silenced", f"silence {silence['id']}")
                 return 0
             if c.first and self._fleet_prone(c.incident) and self._inhibited(r, c):
                 return 0
-            alert = Alert(kind, c.incident, c.version, self.settings.external_url,
-                          min(e.created_at for e in c.events))
+            alert = Alert(
+                kind,
+                c.incident,
+                c.version,
+                self.settings.external_url,
+                min(e.created_at for e in c.events),
+            )
             req = builder(r)(alert, r, now)
             req.headers.setdefault("X-Sentinel-Event-Id", alert.event_id)  # every receiver
             req.headers.setdefault("Idempotency-Key", alert.event_id)
@@ -392,8 +430,11 @@ class Dispatcher:
             self._owe(r, _Owed(ids, "pending", {"in_doubt": c.in_doubt}))
             raise
         if held < len(ids):  # the lease ran out (a slow pass): someone else may send it
-            log.warning("receiver %s: lease on incident %s lost before sending; not sent",
-                        r.name, c.incident["id"])
+            log.warning(
+                "receiver %s: lease on incident %s lost before sending; not sent",
+                r.name,
+                c.incident["id"],
+            )
             self._record(r, ids, "pending", in_doubt=c.in_doubt)
             return 0
         if c.in_doubt:
@@ -402,10 +443,14 @@ class Dispatcher:
         retry_after = 0.0
         ambiguous = False
         try:
-            resp = self.http.post(req.url, content=req.body, headers=req.headers,
-                                  timeout=r.timeout_s)
-            error = None if 200 <= resp.status_code < 300 else \
-                f"HTTP {resp.status_code}: {resp.text[:200]}"
+            resp = self.http.post(
+                req.url, content=req.body, headers=req.headers, timeout=r.timeout_s
+            )
+            error = (
+                None
+                if 200 <= resp.status_code < 300
+                else f"HTTP {resp.status_code}: {resp.text[:200]}"
+            )
             if error:
                 retry_after = _retry_after(resp.headers.get("Retry-After"), self.clock())
         except httpx.HTTPError as exc:
@@ -421,11 +466,13 @@ class Dispatcher:
                 n = self.store.expedite_deliveries(r.name)
                 log.info("receiver %s recovered; %d deliveries due now", r.name, n)
             except Exception:  # noqa: BLE001 - they wait out their backoff instead
-                log.warning("receiver %s: could not expedite the backlog", r.name,
-                            exc_info=True)
+                log.warning("receiver %s: could not expedite the backlog", r.name, exc_info=True)
         if kept < len(ids):
-            log.warning("receiver %s: incident %s was recorded by another instance while "
-                        "this one sent it", r.name, c.incident["id"])
+            log.warning(
+                "receiver %s: incident %s was recorded by another instance while this one sent it",
+                r.name,
+                c.incident["id"],
+            )
         metrics.DELIVERIES.labels(receiver=r.name, outcome="sent").inc(len(ids))
         for e in c.events:
             metrics.ALERT_LATENCY.labels(receiver=r.name).observe(max(0.0, done - e.created_at))
@@ -436,9 +483,13 @@ class Dispatcher:
         deliveries are then finished ``inhibited``)."""
         assert self.fleet is not None
         fid = self.store.inhibit_for_fleet(
-            c.incident["id"], c.delivery_ids, self.instance_id,
-            threshold=self.fleet.threshold, window_s=self.fleet.window_s,
-            covers=lambda fleet: self.router.matches(r, fleet))
+            c.incident["id"],
+            c.delivery_ids,
+            self.instance_id,
+            threshold=self.fleet.threshold,
+            window_s=self.fleet.window_s,
+            covers=lambda fleet: self.router.matches(r, fleet),
+        )
         if fid is None:
             return False
         metrics.DELIVERIES.labels(receiver=r.name, outcome="inhibited").inc(len(c.delivery_ids))
@@ -450,22 +501,45 @@ class Dispatcher:
         self._record(r, c.delivery_ids, status, note=note)
         metrics.DELIVERIES.labels(receiver=r.name, outcome=status).inc(len(c.delivery_ids))
 
-    def _retry(self, r: ReceiverSettings, c: Claim, error: str, retry_after: float,
-               in_doubt: bool = False) -> None:
+    def _retry(
+        self, r: ReceiverSettings, c: Claim, error: str, retry_after: float, in_doubt: bool = False
+    ) -> None:
         self._failing[r.name] = True
         limit = self.settings.max_attempts
         if limit and c.attempts >= limit:
-            log.error("receiver %s: giving up on incident %s after %d attempts: %s",
-                      r.name, c.incident["id"], c.attempts, error)
+            log.error(
+                "receiver %s: giving up on incident %s after %d attempts: %s",
+                r.name,
+                c.incident["id"],
+                c.attempts,
+                error,
+            )
             self._finish(r, c, "dropped", error)
             return
-        delay = backoff(c.attempts, self.settings.backoff_base_s, self.settings.backoff_max_s,
-                        self.rng, retry_after)
-        self._record(r, c.delivery_ids, "pending", note=error, retry_at=self.clock() + delay,
-                     in_doubt=in_doubt)
+        delay = backoff(
+            c.attempts,
+            self.settings.backoff_base_s,
+            self.settings.backoff_max_s,
+            self.rng,
+            retry_after,
+        )
+        self._record(
+            r,
+            c.delivery_ids,
+            "pending",
+            note=error,
+            retry_at=self.clock() + delay,
+            in_doubt=in_doubt,
+        )
         metrics.DELIVERIES.labels(receiver=r.name, outcome="failed").inc(len(c.delivery_ids))
-        log.warning("receiver %s: incident %s attempt %d failed (%s); retry in %.1fs",
-                    r.name, c.incident["id"], c.attempts, error, delay)
+        log.warning(
+            "receiver %s: incident %s attempt %d failed (%s); retry in %.1fs",
+            r.name,
+            c.incident["id"],
+            c.attempts,
+            error,
+            delay,
+        )
 
 
 def _retry_after(value: str | None, now: float) -> float:

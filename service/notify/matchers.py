@@ -12,8 +12,22 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
-FIELDS = frozenset({"tier", "category", "stage", "severity", "status", "namespace", "pod",
-                    "node", "container", "stream", "incident", "receiver"})
+FIELDS = frozenset(
+    {
+        "tier",
+        "category",
+        "stage",
+        "severity",
+        "status",
+        "namespace",
+        "pod",
+        "node",
+        "container",
+        "stream",
+        "incident",
+        "receiver",
+    }
+)
 LABEL = "label:"
 
 
@@ -22,10 +36,16 @@ def incident_labels(body: dict[str, Any]) -> dict[str, str]:
     p = body.get("primary") or {}
     meta = body.get("meta") or {}
     view = {
-        "tier": p.get("tier"), "category": p.get("category"), "stage": p.get("stage"),
-        "severity": body.get("severity"), "status": body.get("status"),
-        "namespace": meta.get("namespace"), "pod": meta.get("pod"), "node": meta.get("node"),
-        "container": meta.get("container"), "stream": body.get("stream"),
+        "tier": p.get("tier"),
+        "category": p.get("category"),
+        "stage": p.get("stage"),
+        "severity": body.get("severity"),
+        "status": body.get("status"),
+        "namespace": meta.get("namespace"),
+        "pod": meta.get("pod"),
+        "node": meta.get("node"),
+        "container": meta.get("container"),
+        "stream": body.get("stream"),
         "incident": body.get("id"),
     }
     out = {k: str(v) for k, v in view.items() if v not in (None, "")}

@@ -18,8 +18,9 @@ def make_route(router: Router) -> Route:
     already engaged with it (so a receiver that was paged also hears the update and the
     resolution after the root cause moved to a category it does not route)."""
 
-    def route(incident: dict[str, Any], kind: str,
-              engaged: set[str]) -> list[tuple[str, str, str | None]]:
+    def route(
+        incident: dict[str, Any], kind: str, engaged: set[str]
+    ) -> list[tuple[str, str, str | None]]:
         out: list[tuple[str, str, str | None]] = []
         for r in router.receivers:
             if r.name not in engaged and not router.matches(r, incident):
@@ -46,8 +47,13 @@ def message_kind(claim: Claim) -> str | None:
     return "opened" if claim.first else "updated"
 
 
-def backoff(attempt: int, base_s: float, max_s: float, rng: random.Random | None = None,
-            at_least: float = 0.0) -> float:
+def backoff(
+    attempt: int,
+    base_s: float,
+    max_s: float,
+    rng: random.Random | None = None,
+    at_least: float = 0.0,
+) -> float:
     """Exponential backoff with full jitter: uniform(0, min(max, base·2^(attempt-1))),
     never less than ``at_least`` (a receiver's Retry-After)."""
     ceiling = min(max_s, base_s * 2 ** max(0, attempt - 1))

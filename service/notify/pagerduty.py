@@ -18,8 +18,11 @@ SEVERITY = {"critical": "critical", "warning": "warning"}
 def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
     if not cfg.routing_key:
         raise ValueError(f"receiver {cfg.name}: pagerduty needs routing_key")
-    return HttpRequest(cfg.url, json.dumps(event(alert, cfg.routing_key), default=str).encode(),
-                       {"Content-Type": "application/json"})
+    return HttpRequest(
+        cfg.url,
+        json.dumps(event(alert, cfg.routing_key), default=str).encode(),
+        {"Content-Type": "application/json"},
+    )
 
 
 def event(alert: Alert, routing_key: str) -> dict[str, Any]:
@@ -28,25 +31,36 @@ def event(alert: Alert, routing_key: str) -> dict[str, Any]:
     where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
     fleet = (s.get("extra") or {}).get("fleet") if meta.get("fleet") else None
     if fleet:  # a fleet incident: how many, what they share
-        where = (f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
-                 f"{fleet.get('value')}" + (f" in {meta['namespace']}"
-                                            if meta.get("namespace") else ""))
+        where = (
+            f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
+            f"{fleet.get('value')}" + (f" in {meta['namespace']}" if meta.get("namespace") else "")
+        )
     opened = s.get("opened_at")
     payload: dict[str, Any] = {
-        "summary": cut(f"[{s['tier']}/{s['category']}] {s['stage']} on {where}: {s['line']}",
-                       SUMMARY_MAX),
+        "summary": cut(
+            f"[{s['tier']}/{s['category']}] {s['stage']} on {where}: {s['line']}", SUMMARY_MAX
+        ),
         "source": str(meta.get("pod") or meta.get("node") or s["stream"]),
         "severity": SEVERITY.get(s["severity"], "error"),
         "component": str(meta.get("container") or "vllm"),
         "group": str(meta.get("namespace") or s["tier"]),
         "class": s["category"],
         "custom_details": {
-            "tier": s["tier"], "category": s["category"], "stage": s["stage"],
-            "status": s["status"], "root_cause": s["line"], "rule": s["rule"],
-            "confidence": s["confidence"], "first_move": s["remediation"],
-            "explanation": s["explanation"], "restarts": s["restarts"],
-            "resolution": s["resolution"], "node": meta.get("node"), "facts": facts,
-            "evidence": s["evidence"][-EVIDENCE_LINES:], "stream": s["stream"],
+            "tier": s["tier"],
+            "category": s["category"],
+            "stage": s["stage"],
+            "status": s["status"],
+            "root_cause": s["line"],
+            "rule": s["rule"],
+            "confidence": s["confidence"],
+            "first_move": s["remediation"],
+            "explanation": s["explanation"],
+            "restarts": s["restarts"],
+            "resolution": s["resolution"],
+            "node": meta.get("node"),
+            "facts": facts,
+            "evidence": s["evidence"][-EVIDENCE_LINES:],
+            "stream": s["stream"],
         },
     }
     if fleet:

@@ -15,8 +15,9 @@ class SilenceSource(Protocol):
     def list_silences(self, active_only: bool = False) -> list[dict[str, Any]]: ...
 
 
-def silenced_by(silences: list[dict[str, Any]], incident: dict[str, Any], receiver: str,
-                now: float) -> dict[str, Any] | None:
+def silenced_by(
+    silences: list[dict[str, Any]], incident: dict[str, Any], receiver: str, now: float
+) -> dict[str, Any] | None:
     labels = incident_labels(incident)
     labels["receiver"] = receiver
     for s in silences:
@@ -28,8 +29,9 @@ def silenced_by(silences: list[dict[str, Any]], incident: dict[str, Any], receiv
 class SilenceCache:
     """Active silences, re-read from the store at most every ``ttl_s``."""
 
-    def __init__(self, store: SilenceSource, clock: Callable[[], float] = time.time,
-                 ttl_s: float = 1.0) -> None:
+    def __init__(
+        self, store: SilenceSource, clock: Callable[[], float] = time.time, ttl_s: float = 1.0
+    ) -> None:
         self.store = store
         self.clock = clock
         self.ttl_s = ttl_s
@@ -42,8 +44,9 @@ class SilenceCache:
         with self._lock:
             if time.monotonic() - self._read_at >= self.ttl_s:
                 # future ones too: the window is checked per delivery
-                self._silences = [s for s in self.store.list_silences(active_only=False)
-                                  if s["ends_at"] > now]
+                self._silences = [
+                    s for s in self.store.list_silences(active_only=False) if s["ends_at"] > now
+                ]
                 self._read_at = time.monotonic()
             silences = self._silences
         return silenced_by(silences, incident, receiver, now)

@@ -18,14 +18,22 @@ EVIDENCE_LINES = 25
 RELATED_MAX = 5
 ICON = {"opened": "🔴", "updated": "🟠", "resolved": "✅"}
 LABEL = {"opened": "FIRING", "updated": "UPDATED", "resolved": "RESOLVED"}
-FACTS = (("image", "Image"), ("vllm_version", "vLLM"), ("driver_version", "Driver"),
-         ("driver_cuda", "CUDA (driver)"), ("image_cuda", "CUDA (image)"), ("gpu_model", "GPU"),
-         ("compute_capability", "Compute capability"), ("tensor_parallel_size", "TP"))
+FACTS = (
+    ("image", "Image"),
+    ("vllm_version", "vLLM"),
+    ("driver_version", "Driver"),
+    ("driver_cuda", "CUDA (driver)"),
+    ("image_cuda", "CUDA (image)"),
+    ("gpu_model", "GPU"),
+    ("compute_capability", "Compute capability"),
+    ("tensor_parallel_size", "TP"),
+)
 
 
 def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
-    return HttpRequest(cfg.url, json.dumps(message(alert)).encode(),
-                       {"Content-Type": "application/json"})
+    return HttpRequest(
+        cfg.url, json.dumps(message(alert)).encode(), {"Content-Type": "application/json"}
+    )
 
 
 def message(alert: Alert) -> dict[str, Any]:
@@ -39,17 +47,26 @@ def message(alert: Alert) -> dict[str, Any]:
     where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
     fleet = (s.get("extra") or {}).get("fleet") if meta.get("fleet") else None
     if fleet:  # a fleet incident: how many, what they share
-        where = (f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
-                 f"{fleet.get('value')}" + (f" in {meta['namespace']}"
-                                            if meta.get("namespace") else ""))
+        where = (
+            f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
+            f"{fleet.get('value')}" + (f" in {meta['namespace']}" if meta.get("namespace") else "")
+        )
 
     blocks: list[dict[str, Any] | None] = [  # None: an empty section, dropped below
-        {"type": "header", "text": {"type": "plain_text", "text": cut(title, HEADER_MAX),
-                                    "emoji": True}},
-        _fields([("Fleet" if fleet else "Pod", where), ("Node", meta.get("node")),
-                 ("Container", meta.get("container")), ("Severity", s["severity"]),
-                 ("Restarts", str(s["restarts"]) if s["restarts"] else None),
-                 ("Confidence", f"{s['confidence']:.2f} ({s['method']})")]),
+        {
+            "type": "header",
+            "text": {"type": "plain_text", "text": cut(title, HEADER_MAX), "emoji": True},
+        },
+        _fields(
+            [
+                ("Fleet" if fleet else "Pod", where),
+                ("Node", meta.get("node")),
+                ("Container", meta.get("container")),
+                ("Severity", s["severity"]),
+                ("Restarts", str(s["restarts"]) if s["restarts"] else None),
+                ("Confidence", f"{s['confidence']:.2f} ({s['method']})"),
+            ]
+        ),
         _section("*Root cause*", s["line"], code=True),
     ]
     if s.get("explanation"):
@@ -69,15 +86,40 @@ def message(alert: Alert) -> dict[str, Any]:
         blocks.append(_section("*Evidence*", "\n".join(evidence), code=True, tail=True))
     related = [r for r in s["related"] if r.get("rule")][:RELATED_MAX]
     if related:
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut(
-            "Also seen: " + ", ".join(f"{_esc(r['category'])} ({_esc(r['role'])})"
-                                      for r in related), SECTION_MAX)}]})
-    blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": cut(
-        f"<{alert.url}|Open incident {alert.id}> · rule `{_esc(s['rule'] or s['method'])}`"
-        f" · stream `{_esc(s['stream'])}`", SECTION_MAX)}})
+        blocks.append(
+            {
+                "type": "context",
+                "elements": [
+                    {
+                        "type": "mrkdwn",
+                        "text": cut(
+                            "Also seen: "
+                            + ", ".join(
+                                f"{_esc(r['category'])} ({_esc(r['role'])})" for r in related
+                            ),
+                            SECTION_MAX,
+                        ),
+                    }
+                ],
+            }
+        )
+    blocks.append(
+        {
+            "type": "section",
+            "text": {
+                "type": "mrkdwn",
+                "text": cut(
+                    f"<{alert.url}|Open incident {alert.id}> · rule `{_esc(s['rule'] or s['method'])}`"
+                    f" · stream `{_esc(s['stream'])}`",
+                    SECTION_MAX,
+                ),
+            },
+        }
+    )
     shown = [b for b in blocks if b][:MAX_BLOCKS]
-    text = cut(f"[{label}] {s['tier']}/{s['category']} at {s['stage']} on {where}: "
-               f"{s['line']}", TEXT_MAX)
+    text = cut(
+        f"[{label}] {s['tier']}/{s['category']} at {s['stage']} on {where}: {s['line']}", TEXT_MAX
+    )
     return {"text": text, "blocks": shown}
 
 
@@ -86,14 +128,13 @@ def _esc(text: Any) -> str:
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _section(title: str, body: str, *, code: bool = False, tail: bool = False
-             ) -> dict[str, Any]:
+def _section(title: str, body: str, *, code: bool = False, tail: bool = False) -> dict[str, Any]:
     body = _esc(body)
     if code:
         body = body.replace("```", "ˋˋˋ")
         room = SECTION_MAX - len(title) - len("\n``````")
         if len(body) > room:  # keep the end of evidence, the start of a root-cause line
-            body = "…" + body[-(room - 1):] if tail else cut(body, room)
+            body = "…" + body[-(room - 1) :] if tail else cut(body, room)
         text = f"{title}\n```{body}```"
     else:
         text = cut(f"{title}: {body}", SECTION_MAX)
@@ -101,8 +142,11 @@ def _section(title: str, body: str, *, code: bool = False, tail: bool = False
 
 
 def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any] | None:
-    fields = [{"type": "mrkdwn", "text": cut(f"*{name}*\n{_esc(value)}", FIELD_MAX)}
-              for name, value in pairs if value not in (None, "")][:10]
+    fields = [
+        {"type": "mrkdwn", "text": cut(f"*{name}*\n{_esc(value)}", FIELD_MAX)}
+        for name, value in pairs
+        if value not in (None, "")
+    ][:10]
     return {"type": "section", "fields": fields} if fields else None
 
 
@@ -114,18 +158,32 @@ def _judgements(extra: dict[str, Any]) -> list[dict[str, Any] | None]:
         out.append(_section("*Crash loop*", extra["note"]))
     changed = extra.get("changed_since_last_good") or {}
     if changed:
-        out.append(_section("*Changed since the last healthy start*", "\n".join(
-            f"• {k}: {a} → {b}" for k, (a, b) in list(changed.items())[:12])))
+        out.append(
+            _section(
+                "*Changed since the last healthy start*",
+                "\n".join(f"• {k}: {a} → {b}" for k, (a, b) in list(changed.items())[:12]),
+            )
+        )
     fleet = extra.get("fleet")
     if fleet:
-        out.append(_section("*Fleet*", f"{fleet.get('count')} workloads share "
-                                       f"{fleet.get('key')}={fleet.get('value')}"))
+        out.append(
+            _section(
+                "*Fleet*",
+                f"{fleet.get('count')} workloads share {fleet.get('key')}={fleet.get('value')}",
+            )
+        )
     pb = extra.get("playbook") or {}
     if pb.get("decision"):
-        out.append(_section("*Decision*", "\n".join(
-            f"• {d['option']}: needs {', '.join(d.get('preconditions', []))}"
-            + ("" if d.get("available", True) else " (not available for this image)")
-            for d in pb["decision"])))
+        out.append(
+            _section(
+                "*Decision*",
+                "\n".join(
+                    f"• {d['option']}: needs {', '.join(d.get('preconditions', []))}"
+                    + ("" if d.get("available", True) else " (not available for this image)")
+                    for d in pb["decision"]
+                ),
+            )
+        )
     if pb.get("evidence"):
         owner = f"Owner: {pb['owner']}. " if pb.get("owner") else ""
         out.append(_section("*Collect*", owner + "; ".join(pb["evidence"][:8])))

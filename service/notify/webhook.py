@@ -26,8 +26,15 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return "sha256=" + mac.hexdigest()
 
 
-def verify_signature(secret: str, timestamp: str, body: bytes, header: str | None, *,
-                     max_age_s: float | None = None, now: float | None = None) -> bool:
+def verify_signature(
+    secret: str,
+    timestamp: str,
+    body: bytes,
+    header: str | None,
+    *,
+    max_age_s: float | None = None,
+    now: float | None = None,
+) -> bool:
     """Whether ``header`` signs ``timestamp`` + body with ``secret`` (constant-time);
     with ``max_age_s`` the timestamp must also be that recent (replay protection)."""
     if not header or not header.startswith("sha256="):
@@ -43,14 +50,24 @@ def verify_signature(secret: str, timestamp: str, body: bytes, header: str | Non
 
 
 def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
-    body = json.dumps({
-        "version": SCHEMA_VERSION, "event": alert.event, "event_id": alert.event_id,
-        "incident": alert.view(), "sent_at": now,
-    }, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+    body = json.dumps(
+        {
+            "version": SCHEMA_VERSION,
+            "event": alert.event,
+            "event_id": alert.event_id,
+            "incident": alert.view(),
+            "sent_at": now,
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
+    ).encode()
     timestamp = str(int(now))
     headers = {
-        "Content-Type": "application/json", "User-Agent": USER_AGENT,
-        "X-Sentinel-Event": alert.event, "X-Sentinel-Event-Id": alert.event_id,
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        "X-Sentinel-Event": alert.event,
+        "X-Sentinel-Event-Id": alert.event_id,
         "X-Sentinel-Timestamp": timestamp,
     }
     if cfg.secret:

@@ -70,7 +70,9 @@ _EXCEPTION = re.compile(
     r"(?::\s*(?P<msg>.*))?$",
     re.S,
 )
-_PYWARNING = re.compile(r"(?P<path>\S+?\.py):(?P<lineno>\d+): (?P<cat>\w*Warning): (?P<msg>.*)", re.S)
+_PYWARNING = re.compile(
+    r"(?P<path>\S+?\.py):(?P<lineno>\d+): (?P<cat>\w*Warning): (?P<msg>.*)", re.S
+)
 _PROCESS = re.compile(r"Process [\w\-]+:$")
 _CHAINS = (
     "The above exception was the direct cause",
@@ -128,8 +130,9 @@ class Line:
 
 def clean(text: str) -> str:
     """Strip ANSI, trailing CR/LF and tqdm ``\\r`` redraws, keeping the last state."""
-    if ("\x1b" in text or "[0m" in text or "#033[" in text or "^[[" in text
-            or "[36m" in text) and _ANSI_HINT.search(text):
+    if (
+        "\x1b" in text or "[0m" in text or "#033[" in text or "^[[" in text or "[36m" in text
+    ) and _ANSI_HINT.search(text):
         text = _ANSI.sub("", text)
     text = text.rstrip("\r\n")
     if "\r" in text:
@@ -159,8 +162,8 @@ def undecorate(text: str) -> str:
         text = text.strip()[1:-1].strip()  # a markdown table cell
     elif c in "-*+\u2022" and not text.lstrip().startswith(("**", "--", "++")):
         m = _BULLET.match(text)
-        if m and not text[m.end():].startswith(("-", "*")):
-            text = text[m.end():]
+        if m and not text[m.end() :].startswith(("-", "*")):
+            text = text[m.end() :]
     if text.lstrip().startswith("**"):
         text = text.replace("**", "")
     if text.lstrip().startswith("`"):
@@ -171,8 +174,8 @@ def undecorate(text: str) -> str:
         tail = None
         for m in _TQDM_TAIL.finditer(text):
             tail = m
-        if tail is not None and text[tail.end():].strip():
-            text = text[tail.end():].lstrip()
+        if tail is not None and text[tail.end() :].strip():
+            text = text[tail.end() :].lstrip()
     return text
 
 
@@ -189,13 +192,18 @@ def parse_line(raw: str, *, pasted: bool = True) -> Line:
     if pasted and (text[0] in _DECOR_START or "%|" in text):
         bare = undecorate(text)
         for _ in range(2):  # a quote around a CI gutter around a bullet ...
-            again = undecorate(bare) if bare[:1] in _DECOR_START or bare.lstrip()[:2] == "| " \
-                else bare
+            again = (
+                undecorate(bare) if bare[:1] in _DECOR_START or bare.lstrip()[:2] == "| " else bare
+            )
             if again == bare:
                 break
             bare = again
         if bare != text:
-            line = parse_line(bare, pasted=False) if bare.strip() else Line(text=bare, message="", kind=EMPTY)
+            line = (
+                parse_line(bare, pasted=False)
+                if bare.strip()
+                else Line(text=bare, message="", kind=EMPTY)
+            )
             line.text = text  # evidence shows the line as it came
             return line
 
@@ -212,13 +220,19 @@ def parse_line(raw: str, *, pasted: bool = True) -> Line:
             process, pid = m.group("proc"), int(m.group("pid"))
             if m.group("ip"):
                 process = f"{process}@{m.group('ip')}"
-            rest = text[m.end():]
+            rest = text[m.end() :]
     h = _HEADER.match(rest)
     if h is None and rest[:1].isupper() and rest[4:5] in (":", "I", "N", "R", "G", "C"):
         u = _UVICORN.match(rest)
         if u:
-            line = Line(text=text, message=u.group("msg"), kind=UVICORN, level=u.group("level"),
-                        process=process, pid=pid)
+            line = Line(
+                text=text,
+                message=u.group("msg"),
+                kind=UVICORN,
+                level=u.group("level"),
+                process=process,
+                pid=pid,
+            )
             return line
     if h is None:
         # Slow path: outer wrappers, then prefixes again.
@@ -227,7 +241,7 @@ def parse_line(raw: str, *, pasted: bool = True) -> Line:
             m = _PREFIXES.match(rest)
             if m:
                 process, pid = m.group("proc"), int(m.group("pid"))
-                rest = rest[m.end():]
+                rest = rest[m.end() :]
         h = _HEADER.match(rest)
     else:
         repeated = 1
@@ -278,9 +292,9 @@ def _strip_wrappers(rest: str) -> tuple[str, int | None, int]:
             if r is None:
                 break
             rank = int(r.group("rank"))
-            rest = rest[r.end():]
+            rest = rest[r.end() :]
             continue
-        rest = rest[m.end():]
+        rest = rest[m.end() :]
     return rest, rank, repeated
 
 
@@ -369,7 +383,11 @@ def _classify_other(line: Line) -> None:
     if ".py:" in msg:
         w = _PYWARNING.match(msg)
         if w:
-            line.kind, line.level, line.message = WARNING, "WARNING", f"{w.group('cat')}: {w.group('msg')}"
+            line.kind, line.level, line.message = (
+                WARNING,
+                "WARNING",
+                f"{w.group('cat')}: {w.group('msg')}",
+            )
             line.exc = w.group("cat")
             return
     if msg.startswith(_CHAINS):

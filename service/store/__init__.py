@@ -11,5 +11,14 @@ from service.store.effects import (
 )
 from service.store.store import Store
 
-__all__ = ["BatchEffects", "Claim", "ClaimedEvent", "DuplicateChunk", "IncidentWrite",
-           "PositionAdvance", "StaleBatch", "Store", "collapse_kinds"]
+__all__ = [
+    "BatchEffects",
+    "Claim",
+    "ClaimedEvent",
+    "DuplicateChunk",
+    "IncidentWrite",
+    "PositionAdvance",
+    "StaleBatch",
+    "Store",
+    "collapse_kinds",
+]

@@ -67,8 +67,9 @@ class Claim:
     in_doubt: bool = False
 
 
-def expand_outbox(conn: Connection, route: Route, now: float, limit: int,
-                  hold: Hold | None = None) -> int:
+def expand_outbox(
+    conn: Connection, route: Route, now: float, limit: int, hold: Hold | None = None
+) -> int:
     """Turn up to ``limit`` new outbox events into delivery rows; returns events expanded.
     A delivery to a receiver not yet told about the incident is due at the event's time, or
     ``hold(body)`` seconds after the incident's first event if that is later (not an attempt:
@@ -77,15 +78,20 @@ def expand_outbox(conn: Connection, route: Route, now: float, limit: int,
     rows = conn.execute(
         select(o.id, o.incident_id, o.version, o.kind, o.created_at, incidents.c.body)
         .join(incidents, incidents.c.id == o.incident_id)
-        .where(o.expanded_at.is_(None)).order_by(o.id).limit(limit)
+        .where(o.expanded_at.is_(None))
+        .order_by(o.id)
+        .limit(limit)
         .with_for_update(of=outbox, **skip_locked(conn))
     ).all()
     for ev in rows:
         told: dict[str, set[str]] = {}
         for name, status in conn.execute(
-            select(deliveries.c.receiver, deliveries.c.status).distinct().where(
+            select(deliveries.c.receiver, deliveries.c.status)
+            .distinct()
+            .where(
                 deliveries.c.incident_id == ev.incident_id,
-                deliveries.c.status.in_(("pending", "sent")))
+                deliveries.c.status.in_(("pending", "sent")),
+            )
         ):
             told.setdefault(status, set()).add(name)
         engaged = told.get("pending", set()) | told.get("sent", set())
@@ -94,46 +100,74 @@ def expand_outbox(conn: Connection, route: Route, now: float, limit: int,
             due = float(ev.created_at)
             held = hold(ev.body) if hold is not None else 0.0
             if held > 0:
-                first = conn.execute(select(func.min(o.created_at))
-                                     .where(o.incident_id == ev.incident_id)).scalar()
+                first = conn.execute(
+                    select(func.min(o.created_at)).where(o.incident_id == ev.incident_id)
+                ).scalar()
                 due = max(due, float(first if first is not None else ev.created_at) + held)
             stmt = insert(conn, deliveries).on_conflict_do_nothing(
-                index_elements=[deliveries.c.event_id, deliveries.c.receiver])
-            conn.execute(stmt, [
-                {"event_id": ev.id, "incident_id": ev.incident_id, "version": ev.version,
-                 "receiver": name, "status": status, "attempts": 0,
-                 "next_attempt_at": ev.created_at if name in told.get("sent", ()) else due,
-                 "last_error": note, "created_at": now}
-                for name, status, note in targets
-            ])
+                index_elements=[deliveries.c.event_id, deliveries.c.receiver]
+            )
+            conn.execute(
+                stmt,
+                [
+                    {
+                        "event_id": ev.id,
+                        "incident_id": ev.incident_id,
+                        "version": ev.version,
+                        "receiver": name,
+                        "status": status,
+                        "attempts": 0,
+                        "next_attempt_at": ev.created_at if name in told.get("sent", ()) else due,
+                        "last_error": note,
+                        "created_at": now,
+                    }
+                    for name, status, note in targets
+                ],
+            )
     if rows:
-        conn.execute(update(outbox).where(o.id.in_([r.id for r in rows]))
-                     .values(expanded_at=now))
+        conn.execute(update(outbox).where(o.id.in_([r.id for r in rows])).values(expanded_at=now))
     return len(rows)
 
 
-def claim(conn: Connection, receiver: str, instance: str, now: float, lease_s: float,
-          group_wait_s: float, limit: int) -> list[Claim]:
+def claim(
+    conn: Connection,
+    receiver: str,
+    instance: str,
+    now: float,
+    lease_s: float,
+    group_wait_s: float,
+    limit: int,
+) -> list[Claim]:
     """Lease up to ``limit`` due (incident, receiver) groups. A group is due when a pending
     delivery's ``next_attempt_at`` passed and the incident has been quiet for
     ``group_wait_s`` (or its oldest pending delivery waited ten times that)."""
     d, i = deliveries.c, incidents.c
     free = or_(d.lease_until.is_(None), d.lease_until < now)
     quiet = or_(i.changed_at <= now - group_wait_s, d.created_at <= now - 10 * group_wait_s)
-    due = conn.execute(
-        select(d.incident_id, func.min(d.next_attempt_at).label("due"))
-        .join(incidents, i.id == d.incident_id)
-        .where(d.receiver == receiver, d.status == "pending", d.next_attempt_at <= now, free,
-               quiet)
-        .group_by(d.incident_id).order_by(text("due")).limit(limit * 4 + 8)
-    ).scalars().all()  # more than needed: some may be busy on another instance
+    due = (
+        conn.execute(
+            select(d.incident_id, func.min(d.next_attempt_at).label("due"))
+            .join(incidents, i.id == d.incident_id)
+            .where(
+                d.receiver == receiver, d.status == "pending", d.next_attempt_at <= now, free, quiet
+            )
+            .group_by(d.incident_id)
+            .order_by(text("due"))
+            .limit(limit * 4 + 8)
+        )
+        .scalars()
+        .all()
+    )  # more than needed: some may be busy on another instance
     pg = is_postgres(conn)
     out: list[Claim] = []
     for incident_id in due:
-        if pg and not conn.execute(
-            text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 0))"),
-            {"k": f"delivery:{incident_id}:{receiver}"},
-        ).scalar():
+        if (
+            pg
+            and not conn.execute(
+                text("SELECT pg_try_advisory_xact_lock(hashtextextended(:k, 0))"),
+                {"k": f"delivery:{incident_id}:{receiver}"},
+            ).scalar()
+        ):
             continue  # another instance is claiming this group right now
         c = _claim_group(conn, incident_id, receiver, instance, now, lease_s)
         if c is not None:
@@ -143,23 +177,39 @@ def claim(conn: Connection, receiver: str, instance: str, now: float, lease_s: f
     return out
 
 
-def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: str,
-                 now: float, lease_s: float) -> Claim | None:
+def _claim_group(
+    conn: Connection, incident_id: str, receiver: str, instance: str, now: float, lease_s: float
+) -> Claim | None:
     d = deliveries.c
     # The incident first: every outbox event up to its version is committed with it ...
-    inc = conn.execute(select(incidents.c.version, incidents.c.body)
-                       .where(incidents.c.id == incident_id)).first()
+    inc = conn.execute(
+        select(incidents.c.version, incidents.c.body).where(incidents.c.id == incident_id)
+    ).first()
     if inc is None:
         return None
     # ... and must be expanded before we render that version, or a delivery for one of them
     # would appear later and repeat the message.
-    if conn.execute(select(exists().where(
-            outbox.c.incident_id == incident_id, outbox.c.expanded_at.is_(None),
-            outbox.c.version <= inc.version))).scalar():
+    if conn.execute(
+        select(
+            exists().where(
+                outbox.c.incident_id == incident_id,
+                outbox.c.expanded_at.is_(None),
+                outbox.c.version <= inc.version,
+            )
+        )
+    ).scalar():
         return None
     rows = conn.execute(
-        select(d.id, d.event_id, d.version, d.attempts, d.lease_until, d.sending_at,
-               outbox.c.kind, outbox.c.created_at)
+        select(
+            d.id,
+            d.event_id,
+            d.version,
+            d.attempts,
+            d.lease_until,
+            d.sending_at,
+            outbox.c.kind,
+            outbox.c.created_at,
+        )
         .join(outbox, outbox.c.id == d.event_id)
         .where(d.incident_id == incident_id, d.receiver == receiver, d.status == "pending")
         .order_by(d.version)
@@ -170,18 +220,31 @@ def _claim_group(conn: Connection, incident_id: str, receiver: str, instance: st
     covered = [r for r in rows if r.version <= inc.version]
     if not covered:
         return None
-    sent_before = conn.execute(select(exists().where(
-        d.incident_id == incident_id, d.receiver == receiver, d.status == "sent"))).scalar()
+    sent_before = conn.execute(
+        select(
+            exists().where(d.incident_id == incident_id, d.receiver == receiver, d.status == "sent")
+        )
+    ).scalar()
     ids = [r.id for r in covered]
     lease_until = now + lease_s
-    conn.execute(update(deliveries).where(d.id.in_(ids)).values(
-        leased_by=instance, lease_until=lease_until, attempts=d.attempts + 1))
+    conn.execute(
+        update(deliveries)
+        .where(d.id.in_(ids))
+        .values(leased_by=instance, lease_until=lease_until, attempts=d.attempts + 1)
+    )
     return Claim(
-        receiver=receiver, incident=inc.body, version=int(inc.version), delivery_ids=ids,
-        events=[ClaimedEvent(int(r.event_id), int(r.version), r.kind, float(r.created_at))
-                for r in covered],
-        attempts=max(r.attempts for r in covered) + 1, first=not sent_before,
-        lease_until=lease_until, in_doubt=any(r.sending_at is not None for r in covered),
+        receiver=receiver,
+        incident=inc.body,
+        version=int(inc.version),
+        delivery_ids=ids,
+        events=[
+            ClaimedEvent(int(r.event_id), int(r.version), r.kind, float(r.created_at))
+            for r in covered
+        ],
+        attempts=max(r.attempts for r in covered) + 1,
+        first=not sent_before,
+        lease_until=lease_until,
+        in_doubt=any(r.sending_at is not None for r in covered),
     )
 
 
@@ -192,15 +255,22 @@ def mark_sending(conn: Connection, ids: list[int], instance: str, now: float) ->
     d = deliveries.c
     return conn.execute(
         update(deliveries)
-        .where(d.id.in_(ids), d.leased_by == instance, d.status == "pending",
-               d.lease_until >= now)
+        .where(d.id.in_(ids), d.leased_by == instance, d.status == "pending", d.lease_until >= now)
         .values(sending_at=now)
     ).rowcount
 
 
-def finish(conn: Connection, ids: list[int], instance: str, *, status: str, now: float,
-           note: str | None = None, retry_at: float | None = None,
-           in_doubt: bool = False) -> int:
+def finish(
+    conn: Connection,
+    ids: list[int],
+    instance: str,
+    *,
+    status: str,
+    now: float,
+    note: str | None = None,
+    retry_at: float | None = None,
+    in_doubt: bool = False,
+) -> int:
     """End this instance's lease on ``ids``: ``sent`` / ``silenced`` / ``inhibited`` (a fleet
     incident pages instead) / ``dropped``, or ``pending`` again with ``retry_at``. Returns
     rows changed.
@@ -212,8 +282,12 @@ def finish(conn: Connection, ids: list[int], instance: str, *, status: str, now:
     may have the message (a timeout, or an earlier request in doubt), so the next attempt is
     marked as a possible repeat too."""
     d = deliveries.c
-    values: dict[str, Any] = {"status": status, "leased_by": None, "lease_until": None,
-                              "last_error": note}
+    values: dict[str, Any] = {
+        "status": status,
+        "leased_by": None,
+        "lease_until": None,
+        "last_error": note,
+    }
     where = [d.id.in_(ids), d.status == "pending"]
     if status == "sent":
         values["sent_at"] = now
@@ -233,10 +307,12 @@ def release_own(conn: Connection, instance: str) -> tuple[int, int]:
     again, marked as possible repeats."""
     d = deliveries.c
     mine = (d.leased_by == instance, d.status == "pending")
-    doubt = conn.execute(select(func.count()).select_from(deliveries)
-                         .where(*mine, d.sending_at.is_not(None))).scalar_one()
-    released = conn.execute(update(deliveries).where(*mine)
-                            .values(leased_by=None, lease_until=None)).rowcount
+    doubt = conn.execute(
+        select(func.count()).select_from(deliveries).where(*mine, d.sending_at.is_not(None))
+    ).scalar_one()
+    released = conn.execute(
+        update(deliveries).where(*mine).values(leased_by=None, lease_until=None)
+    ).rowcount
     return int(released), int(doubt)
 
 
@@ -246,7 +322,12 @@ def expedite(conn: Connection, receiver: str, now: float) -> int:
     d = deliveries.c
     return conn.execute(
         update(deliveries)
-        .where(d.receiver == receiver, d.status == "pending", d.attempts > 0,
-               d.next_attempt_at > now, or_(d.lease_until.is_(None), d.lease_until < now))
+        .where(
+            d.receiver == receiver,
+            d.status == "pending",
+            d.attempts > 0,
+            d.next_attempt_at > now,
+            or_(d.lease_until.is_(None), d.lease_until < now),
+        )
         .values(next_attempt_at=now)
     ).rowcount

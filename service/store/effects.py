@@ -58,8 +58,9 @@ class BatchEffects:
     skipped_incidents: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
-        return bool(self.streams or self.incidents or self.positions or self.chunk_id
-                    or self.quarantined)
+        return bool(
+            self.streams or self.incidents or self.positions or self.chunk_id or self.quarantined
+        )
 
 
 def collapse_kinds(kinds: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ def normalise_url(url: str) -> str:
     """``postgres://`` and ``postgresql://`` use the psycopg 3 driver."""
     for prefix in ("postgresql://", "postgres://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
@@ -40,14 +40,16 @@ def make_engine(url: str, pool_size: int = 5) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(url, parsed.database in (None, "", ":memory:"))
     if parsed.get_backend_name() == "postgresql":
-        return create_engine(url, pool_size=pool_size, max_overflow=pool_size,
-                             pool_pre_ping=True, future=True)
+        return create_engine(
+            url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, future=True
+        )
     raise ValueError(f"unsupported store url {parsed.render_as_string(hide_password=True)}")
 
 
 def _sqlite_engine(url: str, memory: bool) -> Engine:
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False,
-                                               "timeout": BUSY_TIMEOUT_MS / 1000}}
+    kwargs: dict[str, Any] = {
+        "connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}
+    }
     if memory:
         kwargs["poolclass"] = StaticPool  # one shared in-memory database
     engine = create_engine(url, **kwargs)

@@ -65,31 +65,39 @@ def _body(row: Any) -> dict[str, Any]:
 def _open_fleet(conn: Connection, fid: str | None) -> Any:
     if not fid:
         return None
-    row = conn.execute(select(incidents.c.id, incidents.c.status, incidents.c.body)
-                       .where(incidents.c.id == fid)).first()
+    row = conn.execute(
+        select(incidents.c.id, incidents.c.status, incidents.c.body).where(incidents.c.id == fid)
+    ).first()
     return row if row is not None and row.status == "open" else None
 
 
-def join(conn: Connection, incident_id: str, *, threshold: int, window_s: float,
-         now: float) -> FleetJoin | None:
+def join(
+    conn: Connection, incident_id: str, *, threshold: int, window_s: float, now: float
+) -> FleetJoin | None:
     """The open fleet incident ``incident_id`` belongs to, attaching it (and creating the fleet
     when it and enough others now form one); None when it is no fleet's member."""
     t = incidents.c
-    row = conn.execute(select(t.id, t.status, t.severity, t.category, t.opened_at, t.fleet_id,
-                              t.body).where(t.id == incident_id)).first()
+    row = conn.execute(
+        select(t.id, t.status, t.severity, t.category, t.opened_at, t.fleet_id, t.body).where(
+            t.id == incident_id
+        )
+    ).first()
     if row is None:
         return None
     fleet = _open_fleet(conn, row.fleet_id)
     if fleet is not None:  # a member already, of a fleet still open
         return FleetJoin(fleet.id, fleet.body, False)
-    if (row.status != "open" or row.severity != "critical" or row.category not in FLEET_PRONE
-            or is_fleet(row.body)):
+    if (
+        row.status != "open"
+        or row.severity != "critical"
+        or row.category not in FLEET_PRONE
+        or is_fleet(row.body)
+    ):
         return None
     # from here on one transaction per category at a time, every read after the lock: a
     # concurrent join that committed just before is seen whole (its fleet and members)
     _lock(conn, row.category)
-    fleet = _open_fleet(conn, conn.execute(select(t.fleet_id).where(t.id == incident_id))
-                        .scalar())
+    fleet = _open_fleet(conn, conn.execute(select(t.fleet_id).where(t.id == incident_id)).scalar())
     if fleet is not None:
         return FleetJoin(fleet.id, fleet.body, False)
     mine = _body(row)
@@ -97,7 +105,8 @@ def join(conn: Connection, incident_id: str, *, threshold: int, window_s: float,
     # 1. an open fleet of this category sharing one of its keys: join it
     fleets = conn.execute(
         select(t.id, t.body, t.opened_at).where(
-            t.category == row.category, t.status == "open", t.stream.like(FLEET_PREFIX + "%"))
+            t.category == row.category, t.status == "open", t.stream.like(FLEET_PREFIX + "%")
+        )
     ).all()
     rank = {k: i for i, k in enumerate(KEYS)}
 
@@ -110,15 +119,27 @@ def join(conn: Connection, incident_id: str, *, threshold: int, window_s: float,
             return _attach(conn, f.id, [incident_id], now, created=False)
     # 2. enough open incidents of the window sharing a key with it: a new fleet
     around = float(row.opened_at)
-    open_fleets = select(incidents.c.id).where(incidents.c.status == "open",
-                                               incidents.c.stream.like(FLEET_PREFIX + "%"))
-    recent = [_body(r) for r in conn.execute(
-        select(t.id, t.opened_at, t.body).where(
-            t.category == row.category, t.status == "open", t.severity == "critical",
-            t.id != incident_id, ~t.stream.like(FLEET_PREFIX + "%"),
-            t.opened_at >= around - window_s, t.opened_at <= around + window_s,
-            or_(t.fleet_id.is_(None), t.fleet_id.not_in(open_fleets)))
-        .order_by(t.opened_at.desc()).limit(MAX_CANDIDATES))]
+    open_fleets = select(incidents.c.id).where(
+        incidents.c.status == "open", incidents.c.stream.like(FLEET_PREFIX + "%")
+    )
+    recent = [
+        _body(r)
+        for r in conn.execute(
+            select(t.id, t.opened_at, t.body)
+            .where(
+                t.category == row.category,
+                t.status == "open",
+                t.severity == "critical",
+                t.id != incident_id,
+                ~t.stream.like(FLEET_PREFIX + "%"),
+                t.opened_at >= around - window_s,
+                t.opened_at <= around + window_s,
+                or_(t.fleet_id.is_(None), t.fleet_id.not_in(open_fleets)),
+            )
+            .order_by(t.opened_at.desc())
+            .limit(MAX_CANDIDATES)
+        )
+    ]
     found = find_fleet(mine, recent, threshold)
     if found is None:
         return None
@@ -133,10 +154,17 @@ def join(conn: Connection, incident_id: str, *, threshold: int, window_s: float,
     version = writes.upsert_incident(conn, body, 1, now)
     if version is None:  # the id exists and is resolved: leave it be
         return None
-    conn.execute(insert(conn, outbox).on_conflict_do_nothing(
-        index_elements=[outbox.c.incident_id, outbox.c.version]).values(
-        incident_id=inc.id, version=version, kind="opened", created_at=now,
-        snapshot=Incident.from_dict(body).summary()))
+    conn.execute(
+        insert(conn, outbox)
+        .on_conflict_do_nothing(index_elements=[outbox.c.incident_id, outbox.c.version])
+        .values(
+            incident_id=inc.id,
+            version=version,
+            kind="opened",
+            created_at=now,
+            snapshot=Incident.from_dict(body).summary(),
+        )
+    )
     return _attach(conn, inc.id, ids, now, created=True)
 
 
@@ -149,25 +177,39 @@ def _lock(conn: Connection, category: str) -> None:
     """Serialise fleet decisions for one category (until the transaction ends). SQLite: the
     write transaction holds the database lock already."""
     if is_postgres(conn):
-        conn.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
-                     {"k": f"fleet:{category}"})
+        conn.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"),
+            {"k": f"fleet:{category}"},
+        )
 
 
-def _attach(conn: Connection, fid: str, ids: list[str], now: float, *,
-            created: bool) -> FleetJoin | None:
+def _attach(
+    conn: Connection, fid: str, ids: list[str], now: float, *, created: bool
+) -> FleetJoin | None:
     """Members first (their rows), then the fleet row: the lock order of this module. None
     when the fleet was resolved meanwhile (a member of a resolved fleet counts as none's)."""
     t = incidents.c
-    open_fleets = select(incidents.c.id).where(incidents.c.status == "open",
-                                               incidents.c.stream.like(FLEET_PREFIX + "%"))
-    conn.execute(update(incidents).where(
-        t.id.in_(ids), t.status == "open",
-        or_(t.fleet_id.is_(None), t.fleet_id.not_in(open_fleets))).values(fleet_id=fid))
+    open_fleets = select(incidents.c.id).where(
+        incidents.c.status == "open", incidents.c.stream.like(FLEET_PREFIX + "%")
+    )
+    conn.execute(
+        update(incidents)
+        .where(
+            t.id.in_(ids),
+            t.status == "open",
+            or_(t.fleet_id.is_(None), t.fleet_id.not_in(open_fleets)),
+        )
+        .values(fleet_id=fid)
+    )
     fleet = conn.execute(select(t.body, t.status).where(t.id == fid).with_for_update()).one()
     if fleet.status != "open":
         return None
-    members = [_body(r) for r in conn.execute(
-        select(t.id, t.opened_at, t.body).where(t.fleet_id == fid).order_by(t.opened_at))]
+    members = [
+        _body(r)
+        for r in conn.execute(
+            select(t.id, t.opened_at, t.body).where(t.fleet_id == fid).order_by(t.opened_at)
+        )
+    ]
     body = with_members(fleet.body, members, now)
     # membership is not a notifiable change: no version bump, no outbox event (the fleet's
     # first page renders the incident as it is when sent, count included)
@@ -181,9 +223,15 @@ def resolve_finished(conn: Connection, incident_ids: list[str], now: float) -> l
     if not incident_ids:
         return []
     t = incidents.c
-    fids = sorted(set(conn.execute(
-        select(t.fleet_id).where(t.id.in_(incident_ids), t.fleet_id.is_not(None),
-                                 t.status == "resolved")).scalars()))
+    fids = sorted(
+        set(
+            conn.execute(
+                select(t.fleet_id).where(
+                    t.id.in_(incident_ids), t.fleet_id.is_not(None), t.status == "resolved"
+                )
+            ).scalars()
+        )
+    )
     done = []
     for fid in fids:
         # lock the fleet, then count with a fresh statement: on PostgreSQL (read committed)
@@ -191,13 +239,15 @@ def resolve_finished(conn: Connection, incident_ids: list[str], now: float) -> l
         status = conn.execute(select(t.status).where(t.id == fid).with_for_update()).scalar()
         if status != "open":
             continue
-        members = conn.execute(select(t.status, func.count()).where(t.fleet_id == fid)
-                               .group_by(t.status)).all()
+        members = conn.execute(
+            select(t.status, func.count()).where(t.fleet_id == fid).group_by(t.status)
+        ).all()
         counts = {s: int(n) for s, n in members}
         if counts.get("open", 0) == 0 and counts:
             n = sum(counts.values())
-            writes.resolve_incident(conn, fid, f"all {n} member incidents resolved", now,
-                                    by="members")
+            writes.resolve_incident(
+                conn, fid, f"all {n} member incidents resolved", now, by="members"
+            )
             done.append(fid)
     return done
 
@@ -206,9 +256,18 @@ def members(conn: Connection, fid: str) -> list[dict[str, Any]]:
     """The member incidents of a fleet (for ``GET /incidents/{fleet id}``)."""
     t = incidents.c
     return [
-        {"id": r.id, "stream": r.stream, "status": r.status, "namespace": r.namespace,
-         "pod": r.pod, "node": r.node, "opened_at": r.opened_at}
-        for r in conn.execute(select(t.id, t.stream, t.status, t.namespace, t.pod, t.node,
-                                     t.opened_at).where(t.fleet_id == fid)
-                              .order_by(t.opened_at, t.id))
+        {
+            "id": r.id,
+            "stream": r.stream,
+            "status": r.status,
+            "namespace": r.namespace,
+            "pod": r.pod,
+            "node": r.node,
+            "opened_at": r.opened_at,
+        }
+        for r in conn.execute(
+            select(t.id, t.stream, t.status, t.namespace, t.pod, t.node, t.opened_at)
+            .where(t.fleet_id == fid)
+            .order_by(t.opened_at, t.id)
+        )
     ]

@@ -50,7 +50,7 @@ def default_instance_id(store_url: str, api_host: str = "", api_port: int | str 
     except Exception:  # noqa: BLE001 - an odd URL still gets a stable id
         where = "?"
     digest = hashlib.sha256(f"{where}|{api_host}:{api_port}".encode()).hexdigest()[:8]
-    return f"{host_name()[:MAX_ID - 9]}-{digest}"
+    return f"{host_name()[: MAX_ID - 9]}-{digest}"
 
 
 class InstanceLock:
@@ -104,9 +104,12 @@ class InstanceLock:
                 self._conn = None
         conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
         try:
-            got = bool(conn.execute(
-                text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"),
-                {"k": f"sentinel-instance:{self.instance_id}"}).scalar())
+            got = bool(
+                conn.execute(
+                    text("SELECT pg_try_advisory_lock(hashtextextended(:k, 0))"),
+                    {"k": f"sentinel-instance:{self.instance_id}"},
+                ).scalar()
+            )
         except Exception:
             conn.close()
             raise

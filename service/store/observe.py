@@ -19,17 +19,22 @@ def open_told(conn: Connection, receiver: str, limit: int = 10_000) -> list[dict
     d, i = deliveries.c, incidents.c
     rows = conn.execute(
         select(i.body)
-        .where(i.status == "open", exists().where(
-            d.incident_id == i.id, d.receiver == receiver, d.status == "sent"))
-        .order_by(i.opened_at, i.id).limit(limit))
+        .where(
+            i.status == "open",
+            exists().where(d.incident_id == i.id, d.receiver == receiver, d.status == "sent"),
+        )
+        .order_by(i.opened_at, i.id)
+        .limit(limit)
+    )
     return [r.body for r in rows]
 
 
 def incidents_by_id(conn: Connection, ids: list[str]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for part in _chunks(ids, ID_CHUNK):
-        rows = conn.execute(select(incidents.c.body, incidents.c.status)
-                            .where(incidents.c.id.in_(part)))
+        rows = conn.execute(
+            select(incidents.c.body, incidents.c.status).where(incidents.c.id.in_(part))
+        )
         out += [{**r.body, "status": r.status} for r in rows]
     return out
 
@@ -38,19 +43,29 @@ def gauges(conn: Connection, now: float) -> dict[str, Any]:
     """``open``: {(tier, category): count}; ``pending``: {receiver: (count, oldest age s)}
     of deliveries not sent yet; ``outbox``: (events not expanded, oldest age s)."""
     i, d, o = incidents.c, deliveries.c, outbox.c
-    open_by = {(str(t), str(c)): int(n) for t, c, n in conn.execute(
-        select(i.tier, i.category, func.count()).where(i.status == "open")
-        .group_by(i.tier, i.category))}
-    pending = {str(r): (int(n), max(0.0, now - float(oldest)) if oldest is not None else 0.0)
-               for r, n, oldest in conn.execute(
-                   select(d.receiver, func.count(), func.min(d.created_at))
-                   .where(d.status == "pending").group_by(d.receiver))}
-    n, oldest = conn.execute(select(func.count(), func.min(o.created_at))
-                             .where(o.expanded_at.is_(None))).one()
+    open_by = {
+        (str(t), str(c)): int(n)
+        for t, c, n in conn.execute(
+            select(i.tier, i.category, func.count())
+            .where(i.status == "open")
+            .group_by(i.tier, i.category)
+        )
+    }
+    pending = {
+        str(r): (int(n), max(0.0, now - float(oldest)) if oldest is not None else 0.0)
+        for r, n, oldest in conn.execute(
+            select(d.receiver, func.count(), func.min(d.created_at))
+            .where(d.status == "pending")
+            .group_by(d.receiver)
+        )
+    }
+    n, oldest = conn.execute(
+        select(func.count(), func.min(o.created_at)).where(o.expanded_at.is_(None))
+    ).one()
     backlog = (int(n), max(0.0, now - float(oldest)) if oldest is not None else 0.0)
     return {"open": open_by, "pending": pending, "outbox": backlog}
 
 
 def _chunks(items: list[str], n: int) -> Iterator[list[str]]:
     for k in range(0, len(items), n):
-        yield items[k:k + n]
+        yield items[k : k + n]

@@ -22,8 +22,18 @@ from service.store.schema import (
     streams,
 )
 
-FILTERS = ("tier", "category", "stage", "status", "severity", "namespace", "pod", "node",
-           "stream", "fleet_id")
+FILTERS = (
+    "tier",
+    "category",
+    "stage",
+    "status",
+    "severity",
+    "namespace",
+    "pod",
+    "node",
+    "stream",
+    "fleet_id",
+)
 MAX_LIMIT = 500
 
 
@@ -31,11 +41,11 @@ def load_stream(conn: Connection, key: str) -> dict[str, Any] | None:
     return conn.execute(select(streams.c.state).where(streams.c.key == key)).scalar()
 
 
-def load_stream_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | None,
-                                                               int | None]:
+def load_stream_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | None, int | None]:
     """(snapshot, version); (None, None) for an unknown stream."""
-    row = conn.execute(select(streams.c.state, streams.c.version)
-                       .where(streams.c.key == key)).first()
+    row = conn.execute(
+        select(streams.c.state, streams.c.version).where(streams.c.key == key)
+    ).first()
     return (None, None) if row is None else (row.state, int(row.version))
 
 
@@ -58,9 +68,15 @@ def incident_view(row: RowMapping) -> dict[str, Any]:
     out = Incident.from_dict(body).summary()
     out.update(
         opened_at=row["opened_at"],
-        stream=row["stream"], namespace=row["namespace"], pod=row["pod"], node=row["node"],
-        updated_at=row["updated_at"], version=row["version"], meta=body.get("meta") or {},
-        facts=body.get("facts") or {}, timeline=body.get("timeline") or {},
+        stream=row["stream"],
+        namespace=row["namespace"],
+        pod=row["pod"],
+        node=row["node"],
+        updated_at=row["updated_at"],
+        version=row["version"],
+        meta=body.get("meta") or {},
+        facts=body.get("facts") or {},
+        timeline=body.get("timeline") or {},
         fleet_id=row.get("fleet_id"),
     )
     return out
@@ -73,28 +89,50 @@ def get_incident(conn: Connection, incident_id: str) -> dict[str, Any] | None:
     out = incident_view(row)
     d = deliveries.c
     out["deliveries"] = [
-        {"receiver": r.receiver, "version": r.version, "kind": r.kind, "status": r.status,
-         "attempts": r.attempts, "sent_at": r.sent_at, "next_attempt_at": r.next_attempt_at,
-         "last_error": r.last_error}
+        {
+            "receiver": r.receiver,
+            "version": r.version,
+            "kind": r.kind,
+            "status": r.status,
+            "attempts": r.attempts,
+            "sent_at": r.sent_at,
+            "next_attempt_at": r.next_attempt_at,
+            "last_error": r.last_error,
+        }
         for r in conn.execute(
-            select(d.receiver, d.version, outbox.c.kind, d.status, d.attempts, d.sent_at,
-                   d.next_attempt_at, d.last_error)
+            select(
+                d.receiver,
+                d.version,
+                outbox.c.kind,
+                d.status,
+                d.attempts,
+                d.sent_at,
+                d.next_attempt_at,
+                d.last_error,
+            )
             .join(outbox, outbox.c.id == d.event_id)
-            .where(d.incident_id == incident_id).order_by(d.version, d.receiver)
+            .where(d.incident_id == incident_id)
+            .order_by(d.version, d.receiver)
         )
     ]
     if (row["body"].get("meta") or {}).get("fleet"):
         out["members"] = fleet_members(conn, incident_id)
     out["feedback"] = [
-        _feedback(r) for r in conn.execute(
-            select(feedback).where(feedback.c.incident_id == incident_id)
-            .order_by(feedback.c.id)).mappings()
+        _feedback(r)
+        for r in conn.execute(
+            select(feedback).where(feedback.c.incident_id == incident_id).order_by(feedback.c.id)
+        ).mappings()
     ]
     return out
 
 
-def list_incidents(conn: Connection, filters: dict[str, str | None], since: float | None,
-                   limit: int, cursor: str | None) -> tuple[list[dict[str, Any]], str | None]:
+def list_incidents(
+    conn: Connection,
+    filters: dict[str, str | None],
+    since: float | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first (by ``opened_at``, then id), keyset-paginated; ``since`` keeps incidents
     opened at or after it."""
     t = incidents.c
@@ -109,11 +147,17 @@ def list_incidents(conn: Connection, filters: dict[str, str | None], since: floa
         opened, last_id = _decode_cursor(cursor)
         stmt = stmt.where(or_(t.opened_at < opened, and_(t.opened_at == opened, t.id < last_id)))
     limit = max(1, min(int(limit), MAX_LIMIT))
-    rows = conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit + 1)
-                        ).mappings().all()
+    rows = (
+        conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit + 1))
+        .mappings()
+        .all()
+    )
     items = [incident_view(r) for r in rows[:limit]]
-    nxt = _encode_cursor(rows[limit - 1]["opened_at"], rows[limit - 1]["id"]) \
-        if len(rows) > limit else None
+    nxt = (
+        _encode_cursor(rows[limit - 1]["opened_at"], rows[limit - 1]["id"])
+        if len(rows) > limit
+        else None
+    )
     return items, nxt
 
 
@@ -122,17 +166,29 @@ def stream(conn: Connection, key: str) -> dict[str, Any] | None:
     if row is None:
         return None
     st = row["state"]
-    open_ids = conn.execute(
-        select(incidents.c.id).where(incidents.c.stream == key, incidents.c.status == "open")
-        .order_by(incidents.c.opened_at)
-    ).scalars().all()
+    open_ids = (
+        conn.execute(
+            select(incidents.c.id)
+            .where(incidents.c.stream == key, incidents.c.status == "open")
+            .order_by(incidents.c.opened_at)
+        )
+        .scalars()
+        .all()
+    )
     return {
-        "stream": key, "status": st.get("status"), "stage": st.get("stage"),
-        "timeline": st.get("timeline") or {}, "facts": st.get("facts") or {},
-        "meta": st.get("meta") or {}, "run": st.get("run", 0),
-        "runs_failed": st.get("runs_failed", 0), "lines": st.get("seq", 0),
-        "last_line": st.get("last_line", ""), "last_time": st.get("last_time"),
-        "updated_at": row["updated_at"], "open_incidents": list(open_ids),
+        "stream": key,
+        "status": st.get("status"),
+        "stage": st.get("stage"),
+        "timeline": st.get("timeline") or {},
+        "facts": st.get("facts") or {},
+        "meta": st.get("meta") or {},
+        "run": st.get("run", 0),
+        "runs_failed": st.get("runs_failed", 0),
+        "lines": st.get("seq", 0),
+        "last_line": st.get("last_line", ""),
+        "last_time": st.get("last_time"),
+        "updated_at": row["updated_at"],
+        "open_incidents": list(open_ids),
     }
 
 
@@ -140,8 +196,10 @@ def stats(conn: Connection) -> dict[str, Any]:
     t = incidents.c
 
     def counts(col: Any, table: Any = incidents) -> dict[str, int]:
-        return {str(k): int(n) for k, n in
-                conn.execute(select(col, func.count()).select_from(table).group_by(col))}
+        return {
+            str(k): int(n)
+            for k, n in conn.execute(select(col, func.count()).select_from(table).group_by(col))
+        }
 
     by_status = counts(t.status)
     return {
@@ -152,22 +210,32 @@ def stats(conn: Connection) -> dict[str, Any]:
         "incidents_by_category": counts(t.category),
         "incidents_by_severity": counts(t.severity),
         "deliveries_by_status": counts(deliveries.c.status, deliveries),
-        "outbox_pending": int(conn.execute(
-            select(func.count()).select_from(outbox).where(outbox.c.expanded_at.is_(None))
-        ).scalar_one()),
+        "outbox_pending": int(
+            conn.execute(
+                select(func.count()).select_from(outbox).where(outbox.c.expanded_at.is_(None))
+            ).scalar_one()
+        ),
         "streams": int(conn.execute(select(func.count()).select_from(streams)).scalar_one()),
     }
 
 
 def count_open(conn: Connection) -> int:
-    return int(conn.execute(
-        select(func.count()).select_from(incidents).where(incidents.c.status == "open")
-    ).scalar_one())
+    return int(
+        conn.execute(
+            select(func.count()).select_from(incidents).where(incidents.c.status == "open")
+        ).scalar_one()
+    )
 
 
 def _feedback(r: RowMapping) -> dict[str, Any]:
-    return {"id": r["id"], "incident_id": r["incident_id"], "correct": bool(r["correct"]),
-            "category": r["category"], "comment": r["comment"], "created_at": r["created_at"]}
+    return {
+        "id": r["id"],
+        "incident_id": r["incident_id"],
+        "correct": bool(r["correct"]),
+        "category": r["category"],
+        "comment": r["comment"],
+        "created_at": r["created_at"],
+    }
 
 
 def _encode_cursor(opened_at: float, incident_id: str) -> str:

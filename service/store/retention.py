@@ -26,7 +26,8 @@ def _keep(before: float) -> list:
     """Conditions under which a resolved incident may go."""
     i, o, d = incidents.c, outbox.c, deliveries.c
     return [
-        i.status == "resolved", i.resolved_at < before,
+        i.status == "resolved",
+        i.resolved_at < before,
         ~exists().where(feedback.c.incident_id == i.id),
         ~exists().where(o.incident_id == i.id, o.expanded_at.is_(None)),
         ~exists().where(d.incident_id == i.id, d.status == "pending"),
@@ -34,10 +35,14 @@ def _keep(before: float) -> list:
 
 
 def expired_incidents(conn: Connection, before: float, limit: int = BATCH) -> list[str]:
-    return list(conn.execute(
-        select(incidents.c.id).where(*_keep(before))
-        .order_by(incidents.c.resolved_at).limit(limit)
-    ).scalars())
+    return list(
+        conn.execute(
+            select(incidents.c.id)
+            .where(*_keep(before))
+            .order_by(incidents.c.resolved_at)
+            .limit(limit)
+        ).scalars()
+    )
 
 
 def delete_incidents(conn: Connection, ids: list[str], before: float) -> int:
@@ -46,9 +51,13 @@ def delete_incidents(conn: Connection, ids: list[str], before: float) -> int:
     CASCADE alone)."""
     if not ids:
         return 0
-    gone = list(conn.execute(
-        delete(incidents).where(incidents.c.id.in_(ids), *_keep(before))
-        .returning(incidents.c.id)).scalars())
+    gone = list(
+        conn.execute(
+            delete(incidents)
+            .where(incidents.c.id.in_(ids), *_keep(before))
+            .returning(incidents.c.id)
+        ).scalars()
+    )
     if gone:
         conn.execute(delete(deliveries).where(deliveries.c.incident_id.in_(gone)))
         conn.execute(delete(outbox).where(outbox.c.incident_id.in_(gone)))
@@ -57,17 +66,23 @@ def delete_incidents(conn: Connection, ids: list[str], before: float) -> int:
 
 def expired_streams(conn: Connection, before: float, limit: int = BATCH) -> list[str]:
     s, i = streams.c, incidents.c
-    return list(conn.execute(
-        select(s.key).where(
-            s.updated_at < before,
-            ~exists().where(i.stream == s.key, i.status == "open"),
-        ).order_by(s.updated_at).limit(limit)
-    ).scalars())
+    return list(
+        conn.execute(
+            select(s.key)
+            .where(
+                s.updated_at < before,
+                ~exists().where(i.stream == s.key, i.status == "open"),
+            )
+            .order_by(s.updated_at)
+            .limit(limit)
+        ).scalars()
+    )
 
 
 def delete_streams(conn: Connection, keys: list[str], before: float) -> int:
     if not keys:
         return 0
     # re-checked: a batch may have written the stream since it was selected
-    return conn.execute(delete(streams).where(streams.c.key.in_(keys),
-                                              streams.c.updated_at < before)).rowcount
+    return conn.execute(
+        delete(streams).where(streams.c.key.in_(keys), streams.c.updated_at < before)
+    ).rowcount

@@ -26,15 +26,18 @@ Json = JSON().with_variant(JSONB(), "postgresql")
 # SQLite only auto-increments an INTEGER PRIMARY KEY
 Id = BigInteger().with_variant(Integer(), "sqlite")
 
-metadata = MetaData(naming_convention={
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-})
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
 
 streams = Table(
-    "streams", metadata,
+    "streams",
+    metadata,
     Column("key", Text, primary_key=True),
     Column("state", Json, nullable=False),  # StreamState.to_dict()
     Column("status", String(16)),
@@ -45,7 +48,8 @@ streams = Table(
 )
 
 incidents = Table(
-    "incidents", metadata,
+    "incidents",
+    metadata,
     Column("id", String(64), primary_key=True),
     Column("stream", Text, nullable=False, index=True),
     Column("status", String(16), nullable=False, index=True),
@@ -69,7 +73,8 @@ incidents = Table(
 )
 
 source_positions = Table(
-    "source_positions", metadata,
+    "source_positions",
+    metadata,
     Column("source", String(64), primary_key=True),
     Column("partition", Text, primary_key=True),
     Column("position", BigInteger, nullable=False),  # highest applied offset
@@ -77,16 +82,19 @@ source_positions = Table(
 )
 
 forward_chunks = Table(
-    "forward_chunks", metadata,
+    "forward_chunks",
+    metadata,
     Column("chunk_id", String(128), primary_key=True),
     Column("seen_at", Double, nullable=False, index=True),
 )
 
 outbox = Table(
-    "outbox", metadata,
+    "outbox",
+    metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
-    Column("incident_id", String(64), ForeignKey("incidents.id", ondelete="CASCADE"),
-           nullable=False),
+    Column(
+        "incident_id", String(64), ForeignKey("incidents.id", ondelete="CASCADE"), nullable=False
+    ),
     Column("version", Integer, nullable=False),
     Column("kind", String(16), nullable=False),  # opened | updated | resolved
     Column("created_at", Double, nullable=False),
@@ -97,7 +105,8 @@ outbox = Table(
 )
 
 deliveries = Table(
-    "deliveries", metadata,
+    "deliveries",
+    metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("event_id", Id, ForeignKey("outbox.id", ondelete="CASCADE"), nullable=False),
     Column("incident_id", String(64), nullable=False),
@@ -116,13 +125,13 @@ deliveries = Table(
     Column("created_at", Double, nullable=False),
     Column("sent_at", Double),
     UniqueConstraint("event_id", "receiver"),
-    Index("ix_deliveries_receiver_status_next_attempt_at", "receiver", "status",
-          "next_attempt_at"),
+    Index("ix_deliveries_receiver_status_next_attempt_at", "receiver", "status", "next_attempt_at"),
     Index("ix_deliveries_incident_id_receiver_status", "incident_id", "receiver", "status"),
 )
 
 silences = Table(
-    "silences", metadata,
+    "silences",
+    metadata,
     Column("id", String(32), primary_key=True),
     Column("matchers", Json, nullable=False),  # {field: [values]}
     Column("starts_at", Double, nullable=False),
@@ -133,10 +142,16 @@ silences = Table(
 )
 
 feedback = Table(
-    "feedback", metadata,
+    "feedback",
+    metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
-    Column("incident_id", String(64), ForeignKey("incidents.id", ondelete="CASCADE"),
-           nullable=False, index=True),
+    Column(
+        "incident_id",
+        String(64),
+        ForeignKey("incidents.id", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
     Column("correct", Boolean, nullable=False),
     Column("category", String(64)),
     Column("comment", Text),
@@ -146,7 +161,8 @@ feedback = Table(
 # Records whose classification raised: stored for inspection, their position still advanced
 # (a poison record is never retried forever).
 quarantine = Table(
-    "quarantine", metadata,
+    "quarantine",
+    metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
     Column("source", String(64), nullable=False),
     Column("stream", Text, nullable=False),

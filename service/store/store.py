@@ -33,10 +33,16 @@ class Store:
     ``incident_retention_days`` / ``stream_retention_days`` (0: keep forever) are applied
     by :meth:`prune` at most every ``retention_interval_s`` (see :mod:`retention`)."""
 
-    def __init__(self, url: str, pool_size: int = 5,
-                 clock: Callable[[], float] = time.time, *,
-                 incident_retention_days: float = 0.0, stream_retention_days: float = 0.0,
-                 retention_interval_s: float = 600.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int = 5,
+        clock: Callable[[], float] = time.time,
+        *,
+        incident_retention_days: float = 0.0,
+        stream_retention_days: float = 0.0,
+        retention_interval_s: float = 600.0,
+    ) -> None:
         self.url = url
         self.engine = make_engine(url, pool_size)
         self.clock = clock
@@ -49,10 +55,12 @@ class Store:
         # SQLite has one writer at a time: queue this process's writers on a lock rather
         # than in SQLite's sleeping busy handler (other processes still use busy_timeout)
         self._write_lock: AbstractContextManager[Any] = (
-            nullcontext() if self.is_postgres else threading.Lock())
+            nullcontext() if self.is_postgres else threading.Lock()
+        )
         # an in-memory SQLite database is one shared connection: readers queue too
         self._read_lock: AbstractContextManager[Any] = (
-            self._write_lock if is_memory_sqlite(self.engine) else nullcontext())
+            self._write_lock if is_memory_sqlite(self.engine) else nullcontext()
+        )
 
     @property
     def is_postgres(self) -> bool:
@@ -93,15 +101,21 @@ class Store:
             with self._write_lock:
                 repaired = repair(self.engine)
             if repaired:
-                log.warning("store: the database had lost the schema (%s); re-created it at "
-                            "the newest revision", ", ".join(repaired))
+                log.warning(
+                    "store: the database had lost the schema (%s); re-created it at "
+                    "the newest revision",
+                    ", ".join(repaired),
+                )
             return repaired
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
         try:
-            with self._write_lock, \
-                    self.engine.connect().execution_options(write=True) as conn, conn.begin():
+            with (
+                self._write_lock,
+                self.engine.connect().execution_options(write=True) as conn,
+                conn.begin(),
+            ):
                 yield conn
         except SQLAlchemyError:
             metrics.STORE_ERRORS.labels(op="write").inc()
@@ -143,9 +157,12 @@ class Store:
         effects.skipped_incidents.clear()
         with self._write() as conn:
             writes.commit_batch(conn, effects)
-            resolved = [w.body["id"] for w in effects.incidents
-                        if w.body.get("status") == "resolved"
-                        and w.body["id"] not in effects.skipped_incidents]
+            resolved = [
+                w.body["id"]
+                for w in effects.incidents
+                if w.body.get("status") == "resolved"
+                and w.body["id"] not in effects.skipped_incidents
+            ]
             if resolved:  # a fleet whose last open member this was resolves with it
                 fleets.resolve_finished(conn, resolved, effects.at)
 
@@ -155,27 +172,31 @@ class Store:
         deleted."""
         with self._write() as conn:
             n = writes.prune_chunks(conn, self.clock() - chunks_older_than_s)
-        if (self.incident_retention_days > 0 or self.stream_retention_days > 0) and \
-                time.monotonic() - self._retained_at >= self.retention_interval_s:
+        if (
+            self.incident_retention_days > 0 or self.stream_retention_days > 0
+        ) and time.monotonic() - self._retained_at >= self.retention_interval_s:
             self._retained_at = time.monotonic()
             n += sum(self.prune_retention().values())
         return n
 
-    def prune_retention(self, *, incident_days: float | None = None,
-                        stream_days: float | None = None,
-                        max_batches: int = 20) -> dict[str, int]:
+    def prune_retention(
+        self,
+        *,
+        incident_days: float | None = None,
+        stream_days: float | None = None,
+        max_batches: int = 20,
+    ) -> dict[str, int]:
         """Delete resolved incidents and idle streams past their retention (the settings,
         unless given; 0 keeps forever), ``retention.BATCH`` rows per transaction, at most
         ``max_batches`` transactions of each. Returns rows deleted by kind."""
-        incident_days = self.incident_retention_days if incident_days is None \
-            else incident_days
+        incident_days = self.incident_retention_days if incident_days is None else incident_days
         stream_days = self.stream_retention_days if stream_days is None else stream_days
         now = self.clock()
         out = {"incidents": 0, "streams": 0}
         for kind, days, pick, drop in (
-                ("incidents", incident_days, retention.expired_incidents,
-                 retention.delete_incidents),
-                ("streams", stream_days, retention.expired_streams, retention.delete_streams)):
+            ("incidents", incident_days, retention.expired_incidents, retention.delete_incidents),
+            ("streams", stream_days, retention.expired_streams, retention.delete_streams),
+        ):
             if days <= 0:
                 continue
             before = now - days * DAY
@@ -186,8 +207,11 @@ class Store:
                 if len(keys) < retention.BATCH:
                     break
         if any(out.values()):
-            log.info("store: retention removed %d incidents and %d streams",
-                     out["incidents"], out["streams"])
+            log.info(
+                "store: retention removed %d incidents and %d streams",
+                out["incidents"],
+                out["streams"],
+            )
         return out
 
     # ---- incidents and streams -------------------------------------------------------
@@ -196,18 +220,37 @@ class Store:
             return queries.get_incident(conn, id)
 
     def list_incidents(
-        self, *, tier: str | None = None, category: str | None = None,
-        stage: str | None = None, status: str | None = None, severity: str | None = None,
-        namespace: str | None = None, pod: str | None = None, node: str | None = None,
-        stream: str | None = None, since: float | None = None, limit: int = 50,
-        cursor: str | None = None, fleet_id: str | None = None,
+        self,
+        *,
+        tier: str | None = None,
+        category: str | None = None,
+        stage: str | None = None,
+        status: str | None = None,
+        severity: str | None = None,
+        namespace: str | None = None,
+        pod: str | None = None,
+        node: str | None = None,
+        stream: str | None = None,
+        since: float | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        fleet_id: str | None = None,
     ) -> tuple[list[dict[str, Any]], str | None]:
         """Newest first; pass the returned cursor back for the next page (None: last page).
         ``fleet_id`` keeps the members of that fleet incident. ValueError for a malformed
         cursor."""
-        filters = {"tier": tier, "category": category, "stage": stage, "status": status,
-                   "severity": severity, "namespace": namespace, "pod": pod, "node": node,
-                   "stream": stream, "fleet_id": fleet_id}
+        filters = {
+            "tier": tier,
+            "category": category,
+            "stage": stage,
+            "status": status,
+            "severity": severity,
+            "namespace": namespace,
+            "pod": pod,
+            "node": node,
+            "stream": stream,
+            "fleet_id": fleet_id,
+        }
         with self._read() as conn:
             return queries.list_incidents(conn, filters, since, limit, cursor)
 
@@ -247,13 +290,26 @@ class Store:
             return observe.incidents_by_id(conn, ids)
 
     # ---- silences and feedback -------------------------------------------------------
-    def create_silence(self, matchers: dict[str, list[str]], ends_at: float, created_by: str,
-                       comment: str, starts_at: float | None = None) -> dict[str, Any]:
+    def create_silence(
+        self,
+        matchers: dict[str, list[str]],
+        ends_at: float,
+        created_by: str,
+        comment: str,
+        starts_at: float | None = None,
+    ) -> dict[str, Any]:
         """ValueError for unknown matcher fields, empty matchers or an empty window."""
         now = self.clock()
         with self._write() as conn:
-            return notes.create_silence(conn, matchers, now if starts_at is None
-                                        else starts_at, ends_at, created_by, comment, now)
+            return notes.create_silence(
+                conn,
+                matchers,
+                now if starts_at is None else starts_at,
+                ends_at,
+                created_by,
+                comment,
+                now,
+            )
 
     def list_silences(self, active_only: bool = False) -> list[dict[str, Any]]:
         with self._read() as conn:
@@ -263,11 +319,11 @@ class Store:
         with self._write() as conn:
             return notes.delete_silence(conn, id)
 
-    def add_feedback(self, incident_id: str, correct: bool, category: str | None,
-                     comment: str | None) -> dict[str, Any] | None:
+    def add_feedback(
+        self, incident_id: str, correct: bool, category: str | None, comment: str | None
+    ) -> dict[str, Any] | None:
         with self._write() as conn:
-            return notes.add_feedback(conn, incident_id, correct, category, comment,
-                                      self.clock())
+            return notes.add_feedback(conn, incident_id, correct, category, comment, self.clock())
 
     def list_feedback(self) -> list[dict[str, Any]]:
         with self._read() as conn:
@@ -282,11 +338,13 @@ class Store:
         with self._write() as conn:
             return deliveries.expand_outbox(conn, route, self.clock(), limit, hold)
 
-    def claim_deliveries(self, receiver: str, instance: str, *, lease_s: float,
-                         group_wait_s: float, limit: int = 10) -> list[Claim]:
+    def claim_deliveries(
+        self, receiver: str, instance: str, *, lease_s: float, group_wait_s: float, limit: int = 10
+    ) -> list[Claim]:
         with self._write() as conn:
-            return deliveries.claim(conn, receiver, instance, self.clock(), lease_s,
-                                    group_wait_s, limit)
+            return deliveries.claim(
+                conn, receiver, instance, self.clock(), lease_s, group_wait_s, limit
+            )
 
     def mark_sending(self, ids: list[int], instance: str) -> int:
         """The request for ``ids`` goes out now (see :func:`deliveries.mark_sending`);
@@ -294,12 +352,27 @@ class Store:
         with self._write() as conn:
             return deliveries.mark_sending(conn, ids, instance, self.clock())
 
-    def finish_deliveries(self, ids: list[int], instance: str, *, status: str,
-                          note: str | None = None, retry_at: float | None = None,
-                          in_doubt: bool = False) -> int:
+    def finish_deliveries(
+        self,
+        ids: list[int],
+        instance: str,
+        *,
+        status: str,
+        note: str | None = None,
+        retry_at: float | None = None,
+        in_doubt: bool = False,
+    ) -> int:
         with self._write() as conn:
-            return deliveries.finish(conn, ids, instance, status=status, now=self.clock(),
-                                     note=note, retry_at=retry_at, in_doubt=in_doubt)
+            return deliveries.finish(
+                conn,
+                ids,
+                instance,
+                status=status,
+                now=self.clock(),
+                note=note,
+                retry_at=retry_at,
+                in_doubt=in_doubt,
+            )
 
     def release_claims(self, instance: str) -> tuple[int, int]:
         """Give back every lease ``instance`` holds: (released, in doubt). Only for an
@@ -317,21 +390,35 @@ class Store:
             return deliveries.expedite(conn, receiver, self.clock())
 
     # ---- fleets ----------------------------------------------------------------------
-    def inhibit_for_fleet(self, incident_id: str, delivery_ids: list[int], instance: str, *,
-                          threshold: int, window_s: float,
-                          covers: Callable[[dict[str, Any]], bool]) -> str | None:
+    def inhibit_for_fleet(
+        self,
+        incident_id: str,
+        delivery_ids: list[int],
+        instance: str,
+        *,
+        threshold: int,
+        window_s: float,
+        covers: Callable[[dict[str, Any]], bool],
+    ) -> str | None:
         """One transaction: find (or create, once across instances) the open fleet incident
         ``incident_id`` belongs to; when there is one and ``covers(fleet body)`` (the
         receiver gets the fleet's page), finish this instance's ``delivery_ids`` as
         ``inhibited`` (note: the fleet id). Returns that fleet id, else None (send as
         usual). A fleet found is committed either way."""
         with self._write() as conn:
-            joined = fleets.join(conn, incident_id, threshold=threshold, window_s=window_s,
-                                 now=self.clock())
+            joined = fleets.join(
+                conn, incident_id, threshold=threshold, window_s=window_s, now=self.clock()
+            )
             if joined is None or not covers(joined.body):
                 return None
-            deliveries.finish(conn, delivery_ids, instance, status="inhibited",
-                              now=self.clock(), note=f"fleet {joined.fleet_id}")
+            deliveries.finish(
+                conn,
+                delivery_ids,
+                instance,
+                status="inhibited",
+                now=self.clock(),
+                note=f"fleet {joined.fleet_id}",
+            )
             return joined.fleet_id
 
     def fleet_members(self, fleet_id: str) -> list[dict[str, Any]]:

@@ -44,12 +44,21 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
         if w.kinds and w.notify:
             first = version - len(w.kinds) + 1
             stmt = insert(conn, outbox).on_conflict_do_nothing(
-                index_elements=[outbox.c.incident_id, outbox.c.version])
-            conn.execute(stmt, [
-                {"incident_id": w.body["id"], "version": first + i, "kind": kind,
-                 "created_at": now, "snapshot": w.summary}
-                for i, kind in enumerate(w.kinds)
-            ])
+                index_elements=[outbox.c.incident_id, outbox.c.version]
+            )
+            conn.execute(
+                stmt,
+                [
+                    {
+                        "incident_id": w.body["id"],
+                        "version": first + i,
+                        "kind": kind,
+                        "created_at": now,
+                        "snapshot": w.summary,
+                    }
+                    for i, kind in enumerate(w.kinds)
+                ],
+            )
 
 
 def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
@@ -59,8 +68,13 @@ def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
     t = streams.c
     blind = []
     for key, state in eff.streams.items():
-        row = {"key": key, "state": state, "status": state.get("status"),
-               "stage": state.get("stage"), "updated_at": now}
+        row = {
+            "key": key,
+            "state": state,
+            "status": state.get("status"),
+            "stage": state.get("stage"),
+            "updated_at": now,
+        }
         if key not in eff.stream_versions:
             blind.append(row)
             continue
@@ -70,29 +84,44 @@ def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
             stmt = stmt.on_conflict_do_nothing().returning(t.key)
             done = conn.execute(stmt).first() is not None  # (rowcount is unreliable for INSERT)
         else:
-            done = conn.execute(
-                update(streams).where(t.key == key, t.version == expected)
-                .values(state=state, status=row["status"], stage=row["stage"],
-                        updated_at=now, version=t.version + 1)
-            ).rowcount == 1
+            done = (
+                conn.execute(
+                    update(streams)
+                    .where(t.key == key, t.version == expected)
+                    .values(
+                        state=state,
+                        status=row["status"],
+                        stage=row["stage"],
+                        updated_at=now,
+                        version=t.version + 1,
+                    )
+                ).rowcount
+                == 1
+            )
         if not done:
             raise StaleBatch(f"stream {key}: snapshot changed since version {expected}")
     if blind:
         stmt = insert(conn, streams)
         stmt = stmt.on_conflict_do_update(
             index_elements=[t.key],
-            set_={"state": stmt.excluded.state, "status": stmt.excluded.status,
-                  "stage": stmt.excluded.stage, "updated_at": stmt.excluded.updated_at,
-                  "version": t.version + 1},
+            set_={
+                "state": stmt.excluded.state,
+                "status": stmt.excluded.status,
+                "stage": stmt.excluded.stage,
+                "updated_at": stmt.excluded.updated_at,
+                "version": t.version + 1,
+            },
         )
         conn.execute(stmt, [{**row, "version": 1} for row in blind])
 
 
-def _advance(conn: Connection, source: str, partition: str, expected: int | None,
-             position: int, now: float) -> None:
+def _advance(
+    conn: Connection, source: str, partition: str, expected: int | None, position: int, now: float
+) -> None:
     if expected is None:
         stmt = insert(conn, source_positions).values(
-            source=source, partition=partition, position=position, updated_at=now)
+            source=source, partition=partition, position=position, updated_at=now
+        )
         stmt = stmt.on_conflict_do_nothing().returning(source_positions.c.position)
         done = 0 if conn.execute(stmt).first() is None else 1
     else:
@@ -111,10 +140,15 @@ def incident_columns(body: dict[str, Any], now: float) -> dict[str, Any]:
     meta = body.get("meta") or {}
     status = body.get("status", "open")
     return {
-        "id": body["id"], "stream": body["stream"], "status": status,
-        "severity": body.get("severity", "critical"), "tier": p["tier"],
-        "category": p["category"], "stage": p["stage"],
-        "namespace": _opt(meta.get("namespace")), "pod": _opt(meta.get("pod")),
+        "id": body["id"],
+        "stream": body["stream"],
+        "status": status,
+        "severity": body.get("severity", "critical"),
+        "tier": p["tier"],
+        "category": p["category"],
+        "stage": p["stage"],
+        "namespace": _opt(meta.get("namespace")),
+        "pod": _opt(meta.get("pod")),
         "node": _opt(meta.get("node")),
         "opened_at": _num(body.get("opened_at"), now),
         "updated_at": _num(body.get("updated_at"), now),
@@ -123,8 +157,7 @@ def incident_columns(body: dict[str, Any], now: float) -> dict[str, Any]:
     }
 
 
-def upsert_incident(conn: Connection, body: dict[str, Any], bump: int,
-                     now: float) -> int | None:
+def upsert_incident(conn: Connection, body: dict[str, Any], bump: int, now: float) -> int | None:
     """Insert or update; the version grows by ``bump``. None when the stored incident is
     resolved already (resolved by hand: the classifier's later changes are ignored)."""
     cols = incident_columns(body, now)
@@ -156,35 +189,58 @@ def _num(v: Any, default: float) -> float:
     return float(v) if isinstance(v, int | float) else default
 
 
-def resolve_incident(conn: Connection, incident_id: str, reason: str, at: float,
-                     by: str = "api") -> bool | None:
+def resolve_incident(
+    conn: Connection, incident_id: str, reason: str, at: float, by: str = "api"
+) -> bool | None:
     """Resolve by hand (``by`` api) or because its members are (``by`` members, a fleet):
     new version + ``resolved`` outbox event, and the incident leaves its stream's snapshot.
     None: unknown id; False: it was resolved already."""
     t = incidents.c
     row = conn.execute(
-        select(t.version, t.status, t.stream, t.body).where(t.id == incident_id)
-        .with_for_update()
+        select(t.version, t.status, t.stream, t.body).where(t.id == incident_id).with_for_update()
     ).first()
     if row is None:
         return None
     if row.status == "resolved":
         return False
     body = dict(row.body)
-    body.update(status="resolved", resolved_at=at, resolution=reason,
-                extra={**(body.get("extra") or {}), "resolved_by": by})
+    body.update(
+        status="resolved",
+        resolved_at=at,
+        resolution=reason,
+        extra={**(body.get("extra") or {}), "resolved_by": by},
+    )
     version = int(row.version) + 1
-    conn.execute(update(incidents).where(t.id == incident_id).values(
-        status="resolved", resolved_at=at, updated_at=at, changed_at=at, version=version,
-        body=body))
-    conn.execute(insert(conn, outbox).values(
-        incident_id=incident_id, version=version, kind="resolved", created_at=at,
-        snapshot=Incident.from_dict(body).summary()))
-    state = conn.execute(select(streams.c.state).where(streams.c.key == row.stream)
-                         .with_for_update()).scalar()
+    conn.execute(
+        update(incidents)
+        .where(t.id == incident_id)
+        .values(
+            status="resolved",
+            resolved_at=at,
+            updated_at=at,
+            changed_at=at,
+            version=version,
+            body=body,
+        )
+    )
+    conn.execute(
+        insert(conn, outbox).values(
+            incident_id=incident_id,
+            version=version,
+            kind="resolved",
+            created_at=at,
+            snapshot=Incident.from_dict(body).summary(),
+        )
+    )
+    state = conn.execute(
+        select(streams.c.state).where(streams.c.key == row.stream).with_for_update()
+    ).scalar()
     if state and any(i.get("id") == incident_id for i in state.get("incidents", [])):
         state = dict(state)
         state["incidents"] = [i for i in state["incidents"] if i.get("id") != incident_id]
-        conn.execute(update(streams).where(streams.c.key == row.stream)
-                     .values(state=state, version=streams.c.version + 1))
+        conn.execute(
+            update(streams)
+            .where(streams.c.key == row.stream)
+            .values(state=state, version=streams.c.version + 1)
+        )
     return True

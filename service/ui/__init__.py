@@ -14,9 +14,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 STATIC = Path(__file__).resolve().parent / "static"
-DOCS_CSP = ("default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
-            "script-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
-            "frame-ancestors 'none'")
+DOCS_CSP = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "script-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+    "frame-ancestors 'none'"
+)
 
 
 def mount(app: FastAPI, docs_url: str = "/docs") -> None:
@@ -27,29 +29,31 @@ def mount(app: FastAPI, docs_url: str = "/docs") -> None:
 
     @app.get("/", include_in_schema=False)
     def root(request: Request) -> RedirectResponse:
-        return RedirectResponse(str(request.scope.get("root_path") or "") + "/ui/",
-                                status_code=307)
+        return RedirectResponse(str(request.scope.get("root_path") or "") + "/ui/", status_code=307)
 
     @app.get("/ui", include_in_schema=False)
     def ui_root(request: Request) -> RedirectResponse:
-        return RedirectResponse(str(request.scope.get("root_path") or "") + "/ui/",
-                                status_code=307)
+        return RedirectResponse(str(request.scope.get("root_path") or "") + "/ui/", status_code=307)
 
     if docs_url and app.openapi_url:
+
         @app.get(docs_url, include_in_schema=False)
         def docs(request: Request) -> Response:
             base = str(request.scope.get("root_path") or "")
             static = f"{base}/ui/static/swagger"
             html = (
-                "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
                 f"<title>{app.title} · API</title>"
-                "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-                f"<link rel=\"stylesheet\" href=\"{static}/swagger-ui.css\">"
-                f"<link rel=\"icon\" href=\"{base}/ui/static/favicon.svg\">"
-                f"</head><body><main id=\"swagger-ui\" data-openapi=\"{base}{app.openapi_url}\">"
+                '<meta name="viewport" content="width=device-width, initial-scale=1">'
+                f'<link rel="stylesheet" href="{static}/swagger-ui.css">'
+                f'<link rel="icon" href="{base}/ui/static/favicon.svg">'
+                f'</head><body><main id="swagger-ui" data-openapi="{base}{app.openapi_url}">'
                 "<noscript><p>The interactive API reference needs JavaScript; the schema is "
-                f"at <a href=\"{base}{app.openapi_url}\">{app.openapi_url}</a>.</p></noscript>"
-                f"</main><script src=\"{static}/swagger-ui-bundle.js\"></script>"
-                f"<script src=\"{static}/swagger-init.js\"></script></body></html>")
-            return HTMLResponse(html, headers={"Content-Security-Policy": DOCS_CSP,
-                                               "X-Content-Type-Options": "nosniff"})
+                f'at <a href="{base}{app.openapi_url}">{app.openapi_url}</a>.</p></noscript>'
+                f'</main><script src="{static}/swagger-ui-bundle.js"></script>'
+                f'<script src="{static}/swagger-init.js"></script></body></html>'
+            )
+            return HTMLResponse(
+                html,
+                headers={"Content-Security-Policy": DOCS_CSP, "X-Content-Type-Options": "nosniff"},
+            )

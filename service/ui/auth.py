@@ -96,13 +96,25 @@ def cookie_path(request: Request) -> str:
 
 
 def set_login(response: Response, request: Request, token: str) -> None:
-    response.set_cookie(COOKIE, token, max_age=MAX_AGE_S, path=cookie_path(request),
-                        httponly=True, secure=secure_cookie_ok(request), samesite="lax")
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=MAX_AGE_S,
+        path=cookie_path(request),
+        httponly=True,
+        secure=secure_cookie_ok(request),
+        samesite="lax",
+    )
 
 
 def clear_login(response: Response, request: Request) -> None:
-    response.delete_cookie(COOKIE, path=cookie_path(request), httponly=True,
-                           secure=secure_cookie_ok(request), samesite="lax")
+    response.delete_cookie(
+        COOKIE,
+        path=cookie_path(request),
+        httponly=True,
+        secure=secure_cookie_ok(request),
+        samesite="lax",
+    )
 
 
 # ---- CSRF (double submit) -------------------------------------------------------------------
@@ -120,8 +132,14 @@ def csrf_token(request: Request) -> str:
 
 def keep_csrf(response: Response, request: Request) -> None:
     if getattr(request.state, "csrf_new", False):
-        response.set_cookie(CSRF_COOKIE, request.state.csrf, path=cookie_path(request),
-                            httponly=True, secure=secure_cookie_ok(request), samesite="strict")
+        response.set_cookie(
+            CSRF_COOKIE,
+            request.state.csrf,
+            path=cookie_path(request),
+            httponly=True,
+            secure=secure_cookie_ok(request),
+            samesite="strict",
+        )
 
 
 def same_origin(request: Request) -> bool:
@@ -129,8 +147,10 @@ def same_origin(request: Request) -> bool:
     origin = request.headers.get("origin")
     if not origin or origin == "null":
         return origin is None
-    hosts = {request.headers.get("host", ""),
-             (request.headers.get("x-forwarded-host") or "").split(",")[0].strip()}
+    hosts = {
+        request.headers.get("host", ""),
+        (request.headers.get("x-forwarded-host") or "").split(",")[0].strip(),
+    }
     return origin.split("://", 1)[-1].rstrip("/") in hosts - {""}
 
 

@@ -20,9 +20,18 @@ from service.store.queries import _decode_cursor, _encode_cursor, incident_view
 from service.store.schema import incidents, silences, streams
 
 # list filters: form field → incidents column
-FILTERS = {"status": "status", "tier": "tier", "category": "category", "stage": "stage",
-           "severity": "severity", "namespace": "namespace", "node": "node", "pod": "pod",
-           "stream": "stream", "fleet": "fleet_id"}
+FILTERS = {
+    "status": "status",
+    "tier": "tier",
+    "category": "category",
+    "stage": "stage",
+    "severity": "severity",
+    "namespace": "namespace",
+    "node": "node",
+    "pod": "pod",
+    "stream": "stream",
+    "fleet": "fleet_id",
+}
 MAX_STREAMS = 300  # each snapshot is read whole (its open incidents included)
 MAX_FLEETS = 200
 
@@ -39,8 +48,9 @@ def _write(store: Any) -> Iterator[Connection]:
         yield conn
 
 
-def _where(stmt: Any, filters: dict[str, str | None], since: float | None,
-           until: float | None) -> Any:
+def _where(
+    stmt: Any, filters: dict[str, str | None], since: float | None, until: float | None
+) -> Any:
     t = incidents.c
     for name, column in FILTERS.items():
         value = filters.get(name)
@@ -53,9 +63,15 @@ def _where(stmt: Any, filters: dict[str, str | None], since: float | None,
     return stmt
 
 
-def list_incidents(store: Any, filters: dict[str, str | None], *, since: float | None,
-                   until: float | None, limit: int, cursor: str | None
-                   ) -> tuple[list[dict[str, Any]], str | None]:
+def list_incidents(
+    store: Any,
+    filters: dict[str, str | None],
+    *,
+    since: float | None,
+    until: float | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[dict[str, Any]], str | None]:
     """Newest first (opened_at, then id), as ``GET /incidents`` pages them, plus ``until``.
     ValueError for a cursor that cannot be read."""
     t = incidents.c
@@ -64,16 +80,23 @@ def list_incidents(store: Any, filters: dict[str, str | None], *, since: float |
         opened, last_id = _decode_cursor(cursor)
         stmt = stmt.where(or_(t.opened_at < opened, and_(t.opened_at == opened, t.id < last_id)))
     with _read(store) as conn:
-        rows = conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit + 1)
-                            ).mappings().all()
+        rows = (
+            conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit + 1))
+            .mappings()
+            .all()
+        )
     items = [incident_view(r) for r in rows[:limit]]
-    nxt = _encode_cursor(rows[limit - 1]["opened_at"], rows[limit - 1]["id"]) \
-        if len(rows) > limit else None
+    nxt = (
+        _encode_cursor(rows[limit - 1]["opened_at"], rows[limit - 1]["id"])
+        if len(rows) > limit
+        else None
+    )
     return items, nxt
 
 
-def incident_counts(store: Any, filters: dict[str, str | None], *, since: float | None,
-                    until: float | None) -> dict[str, dict[str, int]]:
+def incident_counts(
+    store: Any, filters: dict[str, str | None], *, since: float | None, until: float | None
+) -> dict[str, dict[str, int]]:
     """Counts of the filtered incidents by tier, category, status and severity."""
     t = incidents.c
     out: dict[str, dict[str, int]] = {}
@@ -82,8 +105,9 @@ def incident_counts(store: Any, filters: dict[str, str | None], *, since: float 
             col = getattr(t, name)
             stmt = _where(select(col, func.count()).select_from(incidents), filters, since, until)
             rows = conn.execute(stmt.group_by(col)).all()
-            out[name] = dict(sorted(((str(k), int(n)) for k, n in rows),
-                                    key=lambda kv: (-kv[1], kv[0])))
+            out[name] = dict(
+                sorted(((str(k), int(n)) for k, n in rows), key=lambda kv: (-kv[1], kv[0]))
+            )
     out["total"] = {"all": sum(out["status"].values())}
     return out
 
@@ -92,9 +116,16 @@ def namespaces(store: Any, limit: int = 200) -> list[str]:
     """Namespaces that have incidents (for the filter's suggestions)."""
     t = incidents.c
     with _read(store) as conn:
-        return [str(n) for n in conn.execute(
-            select(t.namespace).where(t.namespace.is_not(None)).distinct()
-            .order_by(t.namespace).limit(limit)).scalars()]
+        return [
+            str(n)
+            for n in conn.execute(
+                select(t.namespace)
+                .where(t.namespace.is_not(None))
+                .distinct()
+                .order_by(t.namespace)
+                .limit(limit)
+            ).scalars()
+        ]
 
 
 def list_streams(store: Any, limit: int = MAX_STREAMS) -> list[dict[str, Any]]:
@@ -102,35 +133,57 @@ def list_streams(store: Any, limit: int = MAX_STREAMS) -> list[dict[str, Any]]:
     the ids (and stall flags) of their open incidents."""
     s, t = streams.c, incidents.c
     with _read(store) as conn:
-        rows = conn.execute(select(s.key, s.state, s.updated_at)
-                            .order_by(s.updated_at.desc()).limit(limit)).all()
+        rows = conn.execute(
+            select(s.key, s.state, s.updated_at).order_by(s.updated_at.desc()).limit(limit)
+        ).all()
         keys = [r.key for r in rows]
-        open_rows = conn.execute(
-            select(t.id, t.stream, t.severity, t.category, t.body)
-            .where(t.status == "open", t.stream.in_(keys))).all() if keys else []
+        open_rows = (
+            conn.execute(
+                select(t.id, t.stream, t.severity, t.category, t.body).where(
+                    t.status == "open", t.stream.in_(keys)
+                )
+            ).all()
+            if keys
+            else []
+        )
     open_by: dict[str, list[dict[str, Any]]] = {}
     for o in open_rows:
         extra = (o.body or {}).get("extra") or {}
         open_by.setdefault(o.stream, []).append(
-            {"id": o.id, "severity": o.severity, "category": o.category,
-             "stall": bool(extra.get("stall"))})
+            {
+                "id": o.id,
+                "severity": o.severity,
+                "category": o.category,
+                "stall": bool(extra.get("stall")),
+            }
+        )
     out = []
     for r in rows:
         st = r.state or {}
-        out.append({
-            "stream": r.key, "status": st.get("status"), "stage": st.get("stage"),
-            "timeline": st.get("timeline") or {}, "meta": st.get("meta") or {},
-            "facts": st.get("facts") or {}, "run": st.get("run", 0),
-            "runs_failed": st.get("runs_failed", 0), "lines": st.get("seq", 0),
-            "last_time": st.get("last_time"), "last_stage_change": st.get("last_stage_change"),
-            "last_line": st.get("last_line", ""), "updated_at": r.updated_at,
-            "open_incidents": open_by.get(r.key, []),
-        })
+        out.append(
+            {
+                "stream": r.key,
+                "status": st.get("status"),
+                "stage": st.get("stage"),
+                "timeline": st.get("timeline") or {},
+                "meta": st.get("meta") or {},
+                "facts": st.get("facts") or {},
+                "run": st.get("run", 0),
+                "runs_failed": st.get("runs_failed", 0),
+                "lines": st.get("seq", 0),
+                "last_time": st.get("last_time"),
+                "last_stage_change": st.get("last_stage_change"),
+                "last_line": st.get("last_line", ""),
+                "updated_at": r.updated_at,
+                "open_incidents": open_by.get(r.key, []),
+            }
+        )
     return out
 
 
-def list_fleets(store: Any, status: str | None = None,
-                limit: int = MAX_FLEETS) -> list[dict[str, Any]]:
+def list_fleets(
+    store: Any, status: str | None = None, limit: int = MAX_FLEETS
+) -> list[dict[str, Any]]:
     """Fleet incidents, newest first, each with its member incidents."""
     from service.store.fleets import members
 
@@ -139,8 +192,11 @@ def list_fleets(store: Any, status: str | None = None,
     if status:
         stmt = stmt.where(t.status == status)
     with _read(store) as conn:
-        rows = conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit)
-                            ).mappings().all()
+        rows = (
+            conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit))
+            .mappings()
+            .all()
+        )
         out = []
         for r in rows:
             view = incident_view(r)

@@ -13,28 +13,51 @@ from service.taxonomy import STAGE_INDEX, STAGES
 # without timestamps)
 EPOCH_MIN = 1e8
 LADDER_LABEL = {
-    "container": "Container", "cuda_init": "CUDA init", "distributed_init": "Distributed init",
-    "model_load": "Model load", "kv_cache_init": "KV cache init", "api_server": "API server",
+    "container": "Container",
+    "cuda_init": "CUDA init",
+    "distributed_init": "Distributed init",
+    "model_load": "Model load",
+    "kv_cache_init": "KV cache init",
+    "api_server": "API server",
     "serving": "Serving",
 }
 # facts in the order on-call reads them (label, key); the rest follow alphabetically
 FACT_ORDER = (
-    ("Image", "image"), ("vLLM", "vllm_version"), ("Driver", "driver_version"),
-    ("Driver branch", "driver_branch"), ("CUDA (driver)", "driver_cuda"),
-    ("CUDA (image)", "image_cuda"), ("GPU", "gpu_model"),
-    ("Compute capability", "compute_capability"), ("GPU memory", "gpu_total_memory"),
-    ("Torch", "torch_version"), ("NCCL", "nccl_version"), ("Model", "model"),
-    ("Tensor parallel", "tensor_parallel_size"), ("Pipeline parallel", "pipeline_parallel_size"),
-    ("Data parallel", "data_parallel_size"), ("Max model len", "max_model_len"),
-    ("GPU memory utilisation", "gpu_memory_utilization"), ("Max num seqs", "max_num_seqs"),
-    ("dtype", "dtype"), ("KV cache dtype", "kv_cache_dtype"), ("Quantization", "quantization"),
-    ("Prefix caching", "enable_prefix_caching"), ("Arguments", "non_default_args"),
+    ("Image", "image"),
+    ("vLLM", "vllm_version"),
+    ("Driver", "driver_version"),
+    ("Driver branch", "driver_branch"),
+    ("CUDA (driver)", "driver_cuda"),
+    ("CUDA (image)", "image_cuda"),
+    ("GPU", "gpu_model"),
+    ("Compute capability", "compute_capability"),
+    ("GPU memory", "gpu_total_memory"),
+    ("Torch", "torch_version"),
+    ("NCCL", "nccl_version"),
+    ("Model", "model"),
+    ("Tensor parallel", "tensor_parallel_size"),
+    ("Pipeline parallel", "pipeline_parallel_size"),
+    ("Data parallel", "data_parallel_size"),
+    ("Max model len", "max_model_len"),
+    ("GPU memory utilisation", "gpu_memory_utilization"),
+    ("Max num seqs", "max_num_seqs"),
+    ("dtype", "dtype"),
+    ("KV cache dtype", "kv_cache_dtype"),
+    ("Quantization", "quantization"),
+    ("Prefix caching", "enable_prefix_caching"),
+    ("Arguments", "non_default_args"),
 )
-SILENCE_KEYS = ("category", "namespace", "node", "pod", "container", "stage", "tier",
-                "severity")
+SILENCE_KEYS = ("category", "namespace", "node", "pod", "container", "stage", "tier", "severity")
 SILENCE_DEFAULT = ("category", "namespace")
-DURATIONS = (("1h", "1 hour"), ("2h", "2 hours"), ("4h", "4 hours"), ("8h", "8 hours"),
-             ("1d", "1 day"), ("3d", "3 days"), ("1w", "1 week"))
+DURATIONS = (
+    ("1h", "1 hour"),
+    ("2h", "2 hours"),
+    ("4h", "4 hours"),
+    ("8h", "8 hours"),
+    ("1d", "1 day"),
+    ("3d", "3 days"),
+    ("1w", "1 week"),
+)
 
 
 def is_epoch(v: Any) -> TypeGuard[int | float]:
@@ -92,8 +115,9 @@ def driver_branch(facts: dict[str, Any]) -> str | None:
     return f"r{m.group(1)}" if m else None
 
 
-def facts_rows(facts: dict[str, Any], meta: dict[str, Any] | None = None
-               ) -> list[tuple[str, str, str]]:
+def facts_rows(
+    facts: dict[str, Any], meta: dict[str, Any] | None = None
+) -> list[tuple[str, str, str]]:
     """(label, key, value) for every known fact: the on-call order first, then the rest."""
     facts = dict(facts or {})
     if "image" not in facts and (meta or {}).get("image"):
@@ -101,11 +125,17 @@ def facts_rows(facts: dict[str, Any], meta: dict[str, Any] | None = None
     branch = driver_branch(facts)
     if branch and "driver_branch" not in facts:
         facts["driver_branch"] = branch
-    rows = [(label, key, str(facts[key])) for label, key in FACT_ORDER
-            if facts.get(key) not in (None, "")]
+    rows = [
+        (label, key, str(facts[key]))
+        for label, key in FACT_ORDER
+        if facts.get(key) not in (None, "")
+    ]
     known = {k for _, k in FACT_ORDER}
-    rows += [(k.replace("_", " "), k, str(v)) for k, v in sorted(facts.items())
-             if k not in known and v not in (None, "")]
+    rows += [
+        (k.replace("_", " "), k, str(v))
+        for k, v in sorted(facts.items())
+        if k not in known and v not in (None, "")
+    ]
     return rows
 
 
@@ -132,36 +162,55 @@ def ladder(inc: dict[str, Any]) -> list[dict[str, Any]]:
             state = "not-reached"
         if state == "passed" and at is None:
             state = "passed-untimed"  # no line marked it, but the run got beyond it
-        rungs.append({
-            "stage": stage, "label": LADDER_LABEL[stage], "state": state, "at": at,
-            "at_text": fmt_time(at) if at is not None else "",
-            "offset": (f"+{fmt_duration(float(at) - float(first))}"
-                       if is_epoch(at) and first is not None else ""),
-            "resolved": resolved,
-        })
+        rungs.append(
+            {
+                "stage": stage,
+                "label": LADDER_LABEL[stage],
+                "state": state,
+                "at": at,
+                "at_text": fmt_time(at) if at is not None else "",
+                "offset": (
+                    f"+{fmt_duration(float(at) - float(first))}"
+                    if is_epoch(at) and first is not None
+                    else ""
+                ),
+                "resolved": resolved,
+            }
+        )
     return rungs
 
 
 def ladder_state_text(state: str) -> str:
-    return {"passed": "passed", "passed-untimed": "passed (no line marked it)",
-            "failed": "failed here", "reached": "reached", "not-reached": "not reached"}[state]
+    return {
+        "passed": "passed",
+        "passed-untimed": "passed (no line marked it)",
+        "failed": "failed here",
+        "reached": "reached",
+        "not-reached": "not reached",
+    }[state]
 
 
 def silence_candidates(inc: dict[str, Any]) -> list[dict[str, Any]]:
     """Matchers an incident suggests for "silence similar": (key, value, checked)."""
     meta = inc.get("meta") or {}
     values = {
-        "category": inc.get("category"), "tier": inc.get("tier"), "stage": inc.get("stage"),
-        "severity": inc.get("severity"), "namespace": inc.get("namespace") or meta.get(
-            "namespace"), "node": inc.get("node") or meta.get("node"),
-        "pod": inc.get("pod") or meta.get("pod"), "container": meta.get("container"),
+        "category": inc.get("category"),
+        "tier": inc.get("tier"),
+        "stage": inc.get("stage"),
+        "severity": inc.get("severity"),
+        "namespace": inc.get("namespace") or meta.get("namespace"),
+        "node": inc.get("node") or meta.get("node"),
+        "pod": inc.get("pod") or meta.get("pod"),
+        "container": meta.get("container"),
     }
-    return [{"key": k, "value": str(values[k]), "checked": k in SILENCE_DEFAULT}
-            for k in SILENCE_KEYS if values.get(k) not in (None, "")]
+    return [
+        {"key": k, "value": str(values[k]), "checked": k in SILENCE_DEFAULT}
+        for k in SILENCE_KEYS
+        if values.get(k) not in (None, "")
+    ]
 
 
-def stream_state(st: dict[str, Any], now: float, deadlines: dict[str, float]
-                 ) -> dict[str, Any]:
+def stream_state(st: dict[str, Any], now: float, deadlines: dict[str, float]) -> dict[str, Any]:
     """What the streams page shows: the state (``starting``, ``stalled``, ``ready``,
     ``serving``, ``failed``, ``stopped``), the stage and how long it has been in it."""
     status = st.get("status") or "starting"
@@ -178,5 +227,11 @@ def stream_state(st: dict[str, Any], now: float, deadlines: dict[str, float]
     if deadline and in_stage is not None and in_stage > deadline:
         stalled = True
     state = "stalled" if stalled and status in ("starting", "failed") else status
-    return {"state": state, "stage": stage, "in_stage": in_stage,
-            "in_stage_text": fmt_duration(in_stage), "since": since, "deadline": deadline}
+    return {
+        "state": state,
+        "stage": stage,
+        "in_stage": in_stage,
+        "in_stage_text": fmt_duration(in_stage),
+        "since": since,
+        "deadline": deadline,
+    }

@@ -37,8 +37,10 @@ _OPENAPI_BODY = {
     "requestBody": {
         "required": True,
         "content": {
-            "text/plain": {"schema": {"type": "string"},
-                           "example": "(APIServer pid=1) ERROR ... CUDA out of memory ..."},
+            "text/plain": {
+                "schema": {"type": "string"},
+                "example": "(APIServer pid=1) ERROR ... CUDA out of memory ...",
+            },
             "application/json": {"schema": ClassifyRequest.model_json_schema()},
         },
     }
@@ -52,12 +54,14 @@ def _limiter() -> anyio.CapacityLimiter:
     return _LIMITER
 
 
-def classify_bytes(ctx: ServiceContext, data: bytes, fmt: str = "auto",
-                   stream: str | None = None) -> list[dict]:
+def classify_bytes(
+    ctx: ServiceContext, data: bytes, fmt: str = "auto", stream: str | None = None
+) -> list[dict]:
     """Reports for one pasted log (exactly what the CLI does with a file)."""
     clf = Classifier(ctx.rulebook, text_model=ctx.text_model, novelty=NoveltyDetector())
-    records = read_file("-", stdin=io.BytesIO(data), fmt=fmt, stream=stream or "pasted",
-                        source=SOURCE)
+    records = read_file(
+        "-", stdin=io.BytesIO(data), fmt=fmt, stream=stream or "pasted", source=SOURCE
+    )
     return classify_records(records, clf)
 
 
@@ -69,9 +73,14 @@ def primary_of(reports: list[dict]) -> dict | None:
     return None
 
 
-@router.post("/classify", response_model=ClassifyResponse, dependencies=[ReadAuth],
-             openapi_extra=_OPENAPI_BODY, responses={413: {"description": "log too large"}},
-             summary="Classify a pasted log (nothing is stored)")
+@router.post(
+    "/classify",
+    response_model=ClassifyResponse,
+    dependencies=[ReadAuth],
+    openapi_extra=_OPENAPI_BODY,
+    responses={413: {"description": "log too large"}},
+    summary="Classify a pasted log (nothing is stored)",
+)
 async def classify(
     request: Request,
     ctx: Ctx,
@@ -100,6 +109,7 @@ async def classify(
         body, fmt, stream = req.log.encode("utf-8", "surrogatepass"), req.format, req.stream
     if not body.strip():
         raise HTTPException(status_code=400, detail="empty log")
-    reports = await anyio.to_thread.run_sync(classify_bytes, ctx, body, fmt, stream,
-                                             limiter=_limiter())
+    reports = await anyio.to_thread.run_sync(
+        classify_bytes, ctx, body, fmt, stream, limiter=_limiter()
+    )
     return ClassifyResponse(reports=reports, primary=primary_of(reports))

@@ -41,8 +41,9 @@ def store_check(ctx: ServiceContext) -> tuple[bool, str | None]:
                 repaired = fn()
                 if probe == "ping" and repaired:
                     ctx.extra["schema_recreated_at"] = time.time()
-                    log.warning("readiness: store schema re-created (%s)",
-                                ", ".join(map(str, repaired)))
+                    log.warning(
+                        "readiness: store schema re-created (%s)", ", ".join(map(str, repaired))
+                    )
                 break
         return True, None
     except Exception as exc:  # any failure means not ready
@@ -95,8 +96,9 @@ def open_incidents(stats: dict[str, Any]) -> float | None:
     return None
 
 
-@router.get("/metrics", response_class=Response,
-            responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}})
+@router.get(
+    "/metrics", response_class=Response, responses={200: {"content": {CONTENT_TYPE_LATEST: {}}}}
+)
 def prometheus(ctx: Ctx) -> Response:
     """Prometheus text format. ``sentinel_incidents_open`` (by tier and category),
     ``sentinel_alerts_pending*`` and ``sentinel_outbox_pending*`` are read from the store at
@@ -104,7 +106,8 @@ def prometheus(ctx: Ctx) -> Response:
     the store fails they keep their last values and ``sentinel_store_errors_total`` counts."""
     with metrics.GAUGE_LOCK:
         if ctx.store is not None and not metrics.refresh_store_gauges(
-                ctx.store, [r.name for r in ctx.settings.receivers]):
+            ctx.store, [r.name for r in ctx.settings.receivers]
+        ):
             log.warning("metrics: the store gauges could not be read; they are stale")
         body = generate_latest(metrics.REGISTRY)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

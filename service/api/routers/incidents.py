@@ -31,8 +31,9 @@ def not_found(incident_id: str) -> HTTPException:
     return HTTPException(status_code=404, detail=f"incident {incident_id} not found")
 
 
-@router.get("", response_model=IncidentPage, dependencies=[ReadAuth],
-            summary="List incidents, newest first")
+@router.get(
+    "", response_model=IncidentPage, dependencies=[ReadAuth], summary="List incidents, newest first"
+)
 def list_incidents(
     store: StoreDep,
     tier: Tier | None = None,
@@ -44,11 +45,16 @@ def list_incidents(
     pod: str | None = None,
     node: str | None = None,
     stream: str | None = None,
-    fleet_id: Annotated[str | None, Query(
-        description="only the members of this fleet incident")] = None,
-    since: Annotated[str | None, Query(
-        description="only incidents opened at or after this time: epoch seconds or ISO 8601",
-        examples=["2026-12-02T14:00:00Z"])] = None,
+    fleet_id: Annotated[
+        str | None, Query(description="only the members of this fleet incident")
+    ] = None,
+    since: Annotated[
+        str | None,
+        Query(
+            description="only incidents opened at or after this time: epoch seconds or ISO 8601",
+            examples=["2026-12-02T14:00:00Z"],
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> IncidentPage:
@@ -58,16 +64,31 @@ def list_incidents(
         raise HTTPException(status_code=422, detail=f"since: {exc}") from None
     try:
         items, next_cursor = store.list_incidents(
-            tier=tier, category=category, stage=stage, status=status, severity=severity,
-            namespace=namespace, pod=pod, node=node, stream=stream, since=since_t,
-            limit=limit, cursor=cursor, fleet_id=fleet_id)
+            tier=tier,
+            category=category,
+            stage=stage,
+            status=status,
+            severity=severity,
+            namespace=namespace,
+            pod=pod,
+            node=node,
+            stream=stream,
+            since=since_t,
+            limit=limit,
+            cursor=cursor,
+            fleet_id=fleet_id,
+        )
     except ValueError as exc:  # a cursor the store cannot read
         raise HTTPException(status_code=400, detail=f"bad cursor: {exc}") from None
     return IncidentPage(items=items, next_cursor=next_cursor, count=len(items))
 
 
-@router.get("/{incident_id}", response_model=Incident, dependencies=[ReadAuth],
-            responses={404: {"description": "unknown incident"}})
+@router.get(
+    "/{incident_id}",
+    response_model=Incident,
+    dependencies=[ReadAuth],
+    responses={404: {"description": "unknown incident"}},
+)
 def get_incident(incident_id: str, store: StoreDep) -> dict:
     inc = store.get_incident(incident_id)
     if inc is None:
@@ -75,9 +96,13 @@ def get_incident(incident_id: str, store: StoreDep) -> dict:
     return inc
 
 
-@router.post("/{incident_id}/resolve", response_model=Incident, dependencies=[WriteAuth],
-             responses={404: {"description": "unknown incident"}},
-             summary="Resolve an incident by hand (e.g. after fixing the node)")
+@router.post(
+    "/{incident_id}/resolve",
+    response_model=Incident,
+    dependencies=[WriteAuth],
+    responses={404: {"description": "unknown incident"}},
+    summary="Resolve an incident by hand (e.g. after fixing the node)",
+)
 def resolve_incident(incident_id: str, body: ResolveRequest, store: StoreDep) -> dict:
     inc = store.resolve_incident(incident_id, body.reason, at=time.time())
     if inc is None:
@@ -85,9 +110,14 @@ def resolve_incident(incident_id: str, body: ResolveRequest, store: StoreDep) ->
     return inc
 
 
-@router.post("/{incident_id}/feedback", response_model=Feedback, status_code=201,
-             dependencies=[WriteAuth], responses={404: {"description": "unknown incident"}},
-             summary="Record whether the classification was right (feeds retraining)")
+@router.post(
+    "/{incident_id}/feedback",
+    response_model=Feedback,
+    status_code=201,
+    dependencies=[WriteAuth],
+    responses={404: {"description": "unknown incident"}},
+    summary="Record whether the classification was right (feeds retraining)",
+)
 def add_feedback(incident_id: str, body: FeedbackRequest, store: StoreDep) -> dict:
     fb = store.add_feedback(incident_id, body.correct, body.category, body.comment)
     if fb is None:

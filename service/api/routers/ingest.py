@@ -60,11 +60,20 @@ _OPENAPI_BODY = {
     "requestBody": {
         "required": True,
         "content": {
-            "application/json": {"schema": {"type": "array", "items": {"type": "object"}},
-                                 "example": [{"date": 1785146472.1, "log": "...",
-                                              "kubernetes": {"namespace_name": "llm",
-                                                             "pod_name": "vllm-0",
-                                                             "container_name": "vllm"}}]},
+            "application/json": {
+                "schema": {"type": "array", "items": {"type": "object"}},
+                "example": [
+                    {
+                        "date": 1785146472.1,
+                        "log": "...",
+                        "kubernetes": {
+                            "namespace_name": "llm",
+                            "pod_name": "vllm-0",
+                            "container_name": "vllm",
+                        },
+                    }
+                ],
+            },
             "application/x-ndjson": {"schema": {"type": "string"}},
             "application/msgpack": {"schema": {"type": "string", "format": "binary"}},
             "text/plain": {"schema": {"type": "string"}},
@@ -87,16 +96,22 @@ def chunk_id_of(idempotency_key: str | None) -> str | None:
     return "http:" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
 
 
-@router.post("/ingest", dependencies=[WriteAuth], openapi_extra=_OPENAPI_BODY,
-             response_model=IngestResult,
-             responses={204: {"description": "nothing to store"},
-                        400: {"description": "nothing decodable (reject counts in detail), "
-                                             "or a tag that is too long"},
-                        413: {"description": "body too large, as sent or once inflated, "
-                                             "or too many records"},
-                        415: {"description": "media type or encoding not decoded"},
-                        503: {"description": "not stored; retry"}},
-             summary="Log batches from Fluent Bit (http output) or Fluentd (out_http)")
+@router.post(
+    "/ingest",
+    dependencies=[WriteAuth],
+    openapi_extra=_OPENAPI_BODY,
+    response_model=IngestResult,
+    responses={
+        204: {"description": "nothing to store"},
+        400: {
+            "description": "nothing decodable (reject counts in detail), or a tag that is too long"
+        },
+        413: {"description": "body too large, as sent or once inflated, or too many records"},
+        415: {"description": "media type or encoding not decoded"},
+        503: {"description": "not stored; retry"},
+    },
+    summary="Log batches from Fluent Bit (http output) or Fluentd (out_http)",
+)
 async def ingest(
     request: Request,
     pipeline: PipelineDep,
@@ -117,8 +132,15 @@ async def ingest(
     try:
         lease.hold(len(body))
         decode = functools.partial(
-            decode_body, body, content_type, content_encoding, x_fluent_tag or tag,
-            lease=lease, max_records=MAX_RECORDS, source=SOURCE)
+            decode_body,
+            body,
+            content_type,
+            content_encoding,
+            x_fluent_tag or tag,
+            lease=lease,
+            max_records=MAX_RECORDS,
+            source=SOURCE,
+        )
         del body  # only the decoder holds it now
         records, rejected = await anyio.to_thread.run_sync(decode)
         del decode
@@ -133,9 +155,14 @@ async def ingest(
     records = joiner.feed(records) + joiner.flush_idle(IDLE_FLUSH_S)
     if not records:
         if rejected:
-            raise HTTPException(status_code=400, detail={
-                "message": "nothing decodable in the body", "accepted": 0,
-                "rejected": rejected})
+            raise HTTPException(
+                status_code=400,
+                detail={
+                    "message": "nothing decodable in the body",
+                    "accepted": 0,
+                    "rejected": rejected,
+                },
+            )
         return Response(status_code=204)
     await submit(pipeline, records, chunk_id_of(idempotency_key))
     return JSONResponse(IngestResult(accepted=len(records), rejected=rejected).model_dump())
@@ -144,8 +171,9 @@ async def ingest(
 def _refused(exc: BodyRefused) -> HTTPException:
     """The HTTP answer to a body refused as a whole (already counted and logged)."""
     if exc.status == 400 and exc.reason == "bad_gzip":
-        return HTTPException(status_code=400, detail={
-            "message": exc.message, "accepted": 0, "rejected": 1})
+        return HTTPException(
+            status_code=400, detail={"message": exc.message, "accepted": 0, "rejected": 1}
+        )
     if exc.status == 413 and exc.reason == "decompressed_too_large":
         return too_large(MAX_DECOMPRESSED)
     if exc.status == 503:
@@ -157,10 +185,17 @@ async def submit(pipeline: object, records: list[LogRecord], chunk_id: str | Non
     try:
         await pipeline.submit(records, source=SOURCE, chunk_id=chunk_id)  # type: ignore[attr-defined]
     except Exception as exc:
-        _store_log.error("pipeline_refused", "ingest: pipeline refused a batch of %d records",
-                         len(records), exc_info=True)
-        raise HTTPException(status_code=503, detail=f"not stored, retry: {type(exc).__name__}",
-                            headers={"Retry-After": "5"}) from None
+        _store_log.error(
+            "pipeline_refused",
+            "ingest: pipeline refused a batch of %d records",
+            len(records),
+            exc_info=True,
+        )
+        raise HTTPException(
+            status_code=503,
+            detail=f"not stored, retry: {type(exc).__name__}",
+            headers={"Retry-After": "5"},
+        ) from None
 
 
 async def flush_joiner(app: object, pipeline: object) -> None:

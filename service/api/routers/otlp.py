@@ -47,16 +47,36 @@ _OPENAPI_BODY = {
     "requestBody": {
         "required": True,
         "content": {
-            PROTOBUF: {"schema": {"type": "string", "format": "binary"},
-                       "description": "opentelemetry.proto.collector.logs.v1."
-                                      "ExportLogsServiceRequest"},
-            "application/json": {"schema": {"type": "object"}, "example": {"resourceLogs": [{
-                "resource": {"attributes": [
-                    {"key": "k8s.namespace.name", "value": {"stringValue": "llm"}},
-                    {"key": "k8s.pod.name", "value": {"stringValue": "vllm-0"}},
-                    {"key": "k8s.container.name", "value": {"stringValue": "vllm"}}]},
-                "scopeLogs": [{"logRecords": [{"timeUnixNano": "1785146472100000000",
-                                               "body": {"stringValue": "..."}}]}]}]}},
+            PROTOBUF: {
+                "schema": {"type": "string", "format": "binary"},
+                "description": "opentelemetry.proto.collector.logs.v1.ExportLogsServiceRequest",
+            },
+            "application/json": {
+                "schema": {"type": "object"},
+                "example": {
+                    "resourceLogs": [
+                        {
+                            "resource": {
+                                "attributes": [
+                                    {"key": "k8s.namespace.name", "value": {"stringValue": "llm"}},
+                                    {"key": "k8s.pod.name", "value": {"stringValue": "vllm-0"}},
+                                    {"key": "k8s.container.name", "value": {"stringValue": "vllm"}},
+                                ]
+                            },
+                            "scopeLogs": [
+                                {
+                                    "logRecords": [
+                                        {
+                                            "timeUnixNano": "1785146472100000000",
+                                            "body": {"stringValue": "..."},
+                                        }
+                                    ]
+                                }
+                            ],
+                        }
+                    ]
+                },
+            },
         },
     }
 }
@@ -81,8 +101,14 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def _answer(kind: str | None, status: int, message: str | None = None, code: int = 0,
-            rejected: int = 0, headers: dict[str, str] | None = None) -> Response:
+def _answer(
+    kind: str | None,
+    status: int,
+    message: str | None = None,
+    code: int = 0,
+    rejected: int = 0,
+    headers: dict[str, str] | None = None,
+) -> Response:
     """An ``ExportLogsServiceResponse`` (2xx) or a ``google.rpc.Status`` (errors), encoded as
     the request was (JSON when it was neither)."""
     if kind == "protobuf":
@@ -101,12 +127,17 @@ def _answer(kind: str | None, status: int, message: str | None = None, code: int
     if status < 300:
         doc: dict[str, object] = {}
         if rejected:
-            doc = {"partialSuccess": {"rejectedLogRecords": str(rejected),
-                                      "errorMessage": message or ""}}
+            doc = {
+                "partialSuccess": {
+                    "rejectedLogRecords": str(rejected),
+                    "errorMessage": message or "",
+                }
+            }
     else:
         doc = {"code": code, "message": message or ""}
-    return Response(json.dumps(doc), status_code=status, media_type="application/json",
-                    headers=headers)
+    return Response(
+        json.dumps(doc), status_code=status, media_type="application/json", headers=headers
+    )
 
 
 def _refused(kind: str | None, exc: BodyRefused) -> Response:
@@ -116,15 +147,20 @@ def _refused(kind: str | None, exc: BodyRefused) -> Response:
     return _answer(kind, exc.status, exc.message, code)
 
 
-@router.post("/v1/logs", dependencies=[WriteAuth], openapi_extra=_OPENAPI_BODY,
-             response_class=Response,
-             responses={200: {"description": "stored (ExportLogsServiceResponse)"},
-                        400: {"description": "undecodable body (google.rpc.Status)"},
-                        413: {"description": "too large, as sent, inflated or parsed, or "
-                                             "too many log records"},
-                        415: {"description": "not protobuf or JSON, or not gzip"},
-                        503: {"description": "not stored; retry after Retry-After"}},
-             summary="OpenTelemetry logs (OTLP/HTTP, protobuf or JSON, gzip)")
+@router.post(
+    "/v1/logs",
+    dependencies=[WriteAuth],
+    openapi_extra=_OPENAPI_BODY,
+    response_class=Response,
+    responses={
+        200: {"description": "stored (ExportLogsServiceResponse)"},
+        400: {"description": "undecodable body (google.rpc.Status)"},
+        413: {"description": "too large, as sent, inflated or parsed, or too many log records"},
+        415: {"description": "not protobuf or JSON, or not gzip"},
+        503: {"description": "not stored; retry after Retry-After"},
+    },
+    summary="OpenTelemetry logs (OTLP/HTTP, protobuf or JSON, gzip)",
+)
 async def export_logs(
     request: Request,
     pipeline: PipelineDep,
@@ -134,20 +170,26 @@ async def export_logs(
 ) -> Response:
     kind = media(content_type)
     if kind is None:
-        return _refused(None, refuse(415, "unsupported_media_type",
-                                     "send application/x-protobuf or application/json",
-                                     f"Content-Type {content_type}"))
+        return _refused(
+            None,
+            refuse(
+                415,
+                "unsupported_media_type",
+                "send application/x-protobuf or application/json",
+                f"Content-Type {content_type}",
+            ),
+        )
     try:
         body = await read_body(request, MAX_BODY)
     except HTTPException as exc:  # 413 as sent, or a bad Content-Length
         status = exc.status_code
-        return _refused(kind, refuse(status, "too_large" if status == 413 else "bad_request",
-                                     str(exc.detail)))
+        return _refused(
+            kind, refuse(status, "too_large" if status == 413 else "bad_request", str(exc.detail))
+        )
     lease = Lease(MAX_DECOMPRESSED)
     try:
         lease.hold(len(body))
-        decode = functools.partial(decode_export, body, content_type, content_encoding,
-                                   lease=lease)
+        decode = functools.partial(decode_export, body, content_type, content_encoding, lease=lease)
         del body
         records, rejected = await anyio.to_thread.run_sync(decode)
         del decode
@@ -163,8 +205,7 @@ async def export_logs(
         failed = await _submit(pipeline, records, idempotency_key)
         if failed:
             return _answer(kind, 503, failed, UNAVAILABLE, headers={"Retry-After": "5"})
-    return _answer(kind, 200, "log records without a body" if rejected else None,
-                   rejected=rejected)
+    return _answer(kind, 200, "log records without a body" if rejected else None, rejected=rejected)
 
 
 async def _submit(pipeline: object, records: list[LogRecord], key: str | None) -> str | None:
@@ -173,8 +214,12 @@ async def _submit(pipeline: object, records: list[LogRecord], key: str | None) -
     try:
         await pipeline.submit(records, source=SOURCE, chunk_id=chunk_id)  # type: ignore[attr-defined]
     except Exception as exc:  # noqa: BLE001 - the exporter retries
-        _store_log.error("pipeline_refused", "otlp: pipeline refused a batch of %d records",
-                         len(records), exc_info=True)
+        _store_log.error(
+            "pipeline_refused",
+            "otlp: pipeline refused a batch of %d records",
+            len(records),
+            exc_info=True,
+        )
         return f"not stored, retry: {type(exc).__name__}"
     return None
 

@@ -14,6 +14,7 @@ router = APIRouter(prefix="/quarantine", tags=["quarantine"])
 
 
 @router.get("", dependencies=[ReadAuth], summary="Quarantined records, newest first")
-def list_quarantine(store: StoreDep,
-                    limit: Annotated[int, Query(ge=1, le=500)] = 50) -> list[dict[str, Any]]:
+def list_quarantine(
+    store: StoreDep, limit: Annotated[int, Query(ge=1, le=500)] = 50
+) -> list[dict[str, Any]]:
     return store.list_quarantine(limit)

@@ -20,15 +20,23 @@ def list_silences(store: StoreDep, active: bool = False) -> list[dict]:
 @router.post("", response_model=Silence, status_code=201, dependencies=[WriteAuth])
 def create_silence(body: SilenceRequest, store: StoreDep) -> dict:
     try:
-        return store.create_silence(body.matchers, float(body.ends_at),  # type: ignore[arg-type]
-                                    created_by=body.created_by, comment=body.comment,
-                                    starts_at=body.starts_at)
+        return store.create_silence(
+            body.matchers,
+            float(body.ends_at),  # type: ignore[arg-type]
+            created_by=body.created_by,
+            comment=body.comment,
+            starts_at=body.starts_at,
+        )
     except ValueError as exc:  # the store's own checks (matchers, window)
         raise HTTPException(status_code=422, detail=str(exc)) from None
 
 
-@router.delete("/{silence_id}", status_code=204, dependencies=[WriteAuth],
-               responses={404: {"description": "unknown silence"}})
+@router.delete(
+    "/{silence_id}",
+    status_code=204,
+    dependencies=[WriteAuth],
+    responses={404: {"description": "unknown silence"}},
+)
 def delete_silence(silence_id: str, store: StoreDep) -> Response:
     if not store.delete_silence(silence_id):
         raise HTTPException(status_code=404, detail=f"silence {silence_id} not found")

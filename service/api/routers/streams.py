@@ -11,9 +11,13 @@ from service.api.schemas import Stream
 router = APIRouter(prefix="/streams", tags=["streams"])
 
 
-@router.get("/{key:path}", response_model=Stream, dependencies=[ReadAuth],
-            responses={404: {"description": "unknown stream"}},
-            summary="One stream (key namespace/pod/container, container id or tag)")
+@router.get(
+    "/{key:path}",
+    response_model=Stream,
+    dependencies=[ReadAuth],
+    responses={404: {"description": "unknown stream"}},
+    summary="One stream (key namespace/pod/container, container id or tag)",
+)
 def get_stream(key: str, store: StoreDep) -> dict:
     st = store.stream(key)
     if st is None:

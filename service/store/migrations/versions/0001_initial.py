@@ -67,9 +67,14 @@ def upgrade() -> None:
     op.create_table(
         "outbox",
         sa.Column("id", Id, primary_key=True, autoincrement=True),
-        sa.Column("incident_id", sa.String(64),
-                  sa.ForeignKey("incidents.id", ondelete="CASCADE",
-                                name="fk_outbox_incident_id_incidents"), nullable=False),
+        sa.Column(
+            "incident_id",
+            sa.String(64),
+            sa.ForeignKey(
+                "incidents.id", ondelete="CASCADE", name="fk_outbox_incident_id_incidents"
+            ),
+            nullable=False,
+        ),
         sa.Column("version", sa.Integer, nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),
         sa.Column("created_at", sa.Double, nullable=False),
@@ -81,9 +86,12 @@ def upgrade() -> None:
     op.create_table(
         "deliveries",
         sa.Column("id", Id, primary_key=True, autoincrement=True),
-        sa.Column("event_id", Id,
-                  sa.ForeignKey("outbox.id", ondelete="CASCADE",
-                                name="fk_deliveries_event_id_outbox"), nullable=False),
+        sa.Column(
+            "event_id",
+            Id,
+            sa.ForeignKey("outbox.id", ondelete="CASCADE", name="fk_deliveries_event_id_outbox"),
+            nullable=False,
+        ),
         sa.Column("incident_id", sa.String(64), nullable=False),
         sa.Column("version", sa.Integer, nullable=False),
         sa.Column("receiver", sa.String(128), nullable=False),
@@ -97,10 +105,16 @@ def upgrade() -> None:
         sa.Column("sent_at", sa.Double),
         sa.UniqueConstraint("event_id", "receiver", name="uq_deliveries_event_id_receiver"),
     )
-    op.create_index("ix_deliveries_receiver_status_next_attempt_at", "deliveries",
-                    ["receiver", "status", "next_attempt_at"])
-    op.create_index("ix_deliveries_incident_id_receiver_status", "deliveries",
-                    ["incident_id", "receiver", "status"])
+    op.create_index(
+        "ix_deliveries_receiver_status_next_attempt_at",
+        "deliveries",
+        ["receiver", "status", "next_attempt_at"],
+    )
+    op.create_index(
+        "ix_deliveries_incident_id_receiver_status",
+        "deliveries",
+        ["incident_id", "receiver", "status"],
+    )
     op.create_table(
         "silences",
         sa.Column("id", sa.String(32), primary_key=True),
@@ -115,9 +129,14 @@ def upgrade() -> None:
     op.create_table(
         "feedback",
         sa.Column("id", Id, primary_key=True, autoincrement=True),
-        sa.Column("incident_id", sa.String(64),
-                  sa.ForeignKey("incidents.id", ondelete="CASCADE",
-                                name="fk_feedback_incident_id_incidents"), nullable=False),
+        sa.Column(
+            "incident_id",
+            sa.String(64),
+            sa.ForeignKey(
+                "incidents.id", ondelete="CASCADE", name="fk_feedback_incident_id_incidents"
+            ),
+            nullable=False,
+        ),
         sa.Column("correct", sa.Boolean, nullable=False),
         sa.Column("category", sa.String(64)),
         sa.Column("comment", sa.Text),
@@ -127,6 +146,14 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("feedback", "silences", "deliveries", "outbox", "forward_chunks",
-                  "source_positions", "incidents", "streams"):
+    for table in (
+        "feedback",
+        "silences",
+        "deliveries",
+        "outbox",
+        "forward_chunks",
+        "source_positions",
+        "incidents",
+        "streams",
+    ):
         op.drop_table(table)

@@ -17,8 +17,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column("streams", sa.Column("version", sa.Integer, nullable=False,
-                                       server_default="0"))
+    op.add_column("streams", sa.Column("version", sa.Integer, nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
