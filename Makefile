@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv run test test-fast lint typecheck bench train evaluate clean
+.PHONY: venv run test test-fast lint format typecheck bench train evaluate clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml setup.py
@@ -15,21 +15,29 @@ $(VENV)/.installed: pyproject.toml setup.py
 run: venv
 	$(BIN)/vllm-sentinel serve $(if $(CONFIG),--config $(CONFIG),)
 
+LINTED := service tests scripts training_data
+
 test: venv
-	$(BIN)/ruff check service tests scripts training_data
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/python -m pytest
 
 # Unit tests only (no servers, brokers, browsers, wheel or training; see tests/conftest.py),
 # under a minute: for the edit-test loop. `make test` stays the whole suite.
 test-fast: venv
-	$(BIN)/ruff check service tests scripts training_data
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/python -m pytest -q -m "not slow"
 
 typecheck: venv
 	$(BIN)/mypy service
 
 lint: venv
-	$(BIN)/ruff check service tests scripts training_data
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+format: venv
+	$(BIN)/ruff format $(LINTED)
 
 bench: venv
 	$(BIN)/python scripts/bench_classify.py
