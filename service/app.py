@@ -20,17 +20,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
+from fastapi import FastAPI
 
+from service import ui
 from service.api.app import create_app
-from service.api.auth import check_auth_config, check_forward_config
 from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
 from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
+from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.config import Settings
 from service.configcheck import ConfigError, load_checked, serve_problems
 from service.context import ServiceContext
 from service.ingest.forward import ForwardServer
+from service.ingest.kafka_source import make_kafka_source
+from service.netguard import check_auth_config, check_forward_config
 from service.notify.dispatcher import Dispatcher
 from service.pipeline import Pipeline
 from service.ratelog import loop_exception_handler
@@ -188,8 +192,6 @@ def build(settings: Settings) -> Service:
             allow_unauthenticated=fwd.allow_unauthenticated,
         )
     if settings.sources.kafka is not None:
-        from service.ingest.kafka_source import make_kafka_source
-
         pipeline = ctx.pipeline
         svc.kafka = make_kafka_source(
             settings.sources.kafka,
@@ -202,12 +204,20 @@ def build(settings: Settings) -> Service:
     return svc
 
 
+def web_app(ctx: ServiceContext) -> FastAPI:
+    """What ``serve`` runs: the API with the dashboard mounted on it (``/ui/``, ``/`` →
+    ``/ui/``, ``/docs`` with local assets)."""
+    app = create_app(ctx)
+    ui.mount(app)
+    return app
+
+
 async def run(svc: Service) -> None:
     """Serve until uvicorn is told to exit (SIGTERM/SIGINT), then stop cleanly."""
     s = svc.ctx.settings
     # accept() out of descriptors: one bounded line, not one traceback per waiting connection
     asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
-    app = create_app(svc.ctx)
+    app = web_app(svc.ctx)
     server = _Server(
         uvicorn.Config(
             app, host=s.api.host, port=s.api.port, log_level="info", access_log=False, lifespan="on"
@@ -233,7 +243,6 @@ def rulebook_for(settings: Settings) -> RuleBook:
     r = settings.rules
     if not (r.dirs or r.disabled or r.overrides):
         return RuleBook()
-    from service.classify.ruletest import RuleLoadError, load_rule_set
 
     try:
         return RuleBook(signatures=load_rule_set(r.dirs, r.disabled, r.overrides).signatures)

@@ -265,8 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         args.args = argv[cmd_at + 1 :]
     else:
         args = _parser().parse_args(argv)
-    from service.api.auth import InsecureConfigError
     from service.configcheck import ConfigError
+    from service.netguard import InsecureConfigError
 
     try:
         return _run(args)

@@ -23,7 +23,11 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import ValidationError
 
+from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 from service.config import Settings
+from service.labels import validate
+from service.netguard import InsecureConfigError, check_auth_config, check_forward_config
+from service.store.engine import normalise_url
 from service.taxonomy import CATEGORIES, STAGES, TIERS
 
 SEVERITIES = ("critical", "warning")
@@ -152,7 +156,6 @@ def semantic_problems(s: Settings, *, probe: bool = False) -> list[str]:
 
 
 def _receiver_problems(s: Settings) -> list[str]:
-    from service.notify.matchers import validate
 
     out: list[str] = []
     seen: set[str] = set()
@@ -270,7 +273,6 @@ def _try_bind(host: str, port: int) -> str | None:
 
 
 def _startup_refusals(s: Settings) -> list[str]:
-    from service.api.auth import InsecureConfigError, check_auth_config, check_forward_config
 
     out: list[str] = []
     quiet = logging.getLogger("vllm_sentinel.api")
@@ -295,8 +297,6 @@ def _store_problems(s: Settings) -> list[str]:
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from service.store.engine import normalise_url
-
     try:
         url = make_url(normalise_url(s.store.url))
     except (ArgumentError, ValueError):
@@ -309,7 +309,6 @@ def _store_problems(s: Settings) -> list[str]:
 def rules_problems(s: Settings) -> list[str]:
     """The extra rule directories load, every id named exists, every added rule passes its
     own examples."""
-    from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 
     try:
         rule_set = load_rule_set(s.rules.dirs, s.rules.disabled, s.rules.overrides)

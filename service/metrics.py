@@ -139,12 +139,3 @@ def refresh_store_gauges(store: Any, receivers: Iterable[str] = ()) -> bool:
         OUTBOX_PENDING.set(g["outbox"][0])
         OUTBOX_PENDING_AGE.set(g["outbox"][1])
     return True
-
-
-def reject(source: str, reason: str, detail: str = "") -> None:
-    """Count one rejected input and log it at a bounded rate (one line per source and reason
-    per interval, at most 120 escaped characters of the input: :mod:`service.ratelog`);
-    never raises."""
-    from service import ratelog  # imports this module: resolved at call time
-
-    ratelog.reject(source, reason, detail)

@@ -8,7 +8,7 @@ suppressed meanwhile. Every string argument is clipped to :data:`MAX_CHARS` char
 counts live in the Prometheus counters, not in the log.
 
 :func:`reject` counts ``sentinel_rejects_total{source, reason}`` and logs that way.
-:func:`service.metrics.reject` (used by the shared envelope and the other sources) logs on
+:func:`service.ratelog.reject` (used by the shared envelope and the other sources) logs on
 the ``vllm_sentinel.rejects`` logger; importing this module installs
 :class:`RejectLogFilter` on that logger, so those lines are bounded the same way and share
 the same per-``(source, reason)`` budget.
@@ -135,7 +135,7 @@ def _clip_arg(value: Any, limit: int) -> Any:
 
 
 class RejectLogFilter(logging.Filter):
-    """Bounds the lines of :func:`service.metrics.reject` (``"rejected input from %s: %s
+    """Bounds the lines of :func:`service.ratelog.reject` (``"rejected input from %s: %s
     %s"``): one per ``(source, reason)`` per interval, arguments clipped."""
 
     def __init__(self, log: RateLimitedLog) -> None:
@@ -179,7 +179,7 @@ def loop_exception_handler(loop: Any, context: dict[str, Any]) -> None:
 
 
 def install_reject_filter(logger: logging.Logger | None = None) -> None:
-    """Rate-limit :func:`service.metrics.reject`'s lines (idempotent)."""
+    """Rate-limit :func:`service.ratelog.reject`'s lines (idempotent)."""
     target = logger or logging.getLogger(REJECT_LOGGER)
     if not any(isinstance(f, RejectLogFilter) for f in target.filters):
         target.addFilter(RejectLogFilter(REJECTS_LOG))

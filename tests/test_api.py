@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.api import create_app
+from service.app import web_app
 from service.classify.rulebook import RuleBook
 from tests.api_support import (
     READ,
@@ -48,7 +48,7 @@ def ingest_capture(client: TestClient, name: str, ns: str, pod: str, node: str) 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     ctx = make_context(tmp_path_factory.mktemp("api") / "sentinel.db", RuleBook())
-    with TestClient(create_app(ctx)) as c:
+    with TestClient(web_app(ctx)) as c:
         for name, ns, pod, node in WORKLOADS:
             ingest_capture(c, name, ns, pod, node)
         yield c
@@ -59,7 +59,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 def fresh(tmp_path: Path) -> Iterator[TestClient]:
     """A client on an empty store, for tests that change state."""
     ctx = make_context(tmp_path / "sentinel.db", RuleBook())
-    with TestClient(create_app(ctx)) as c:
+    with TestClient(web_app(ctx)) as c:
         yield c
     close_context(ctx)
 
@@ -118,7 +118,7 @@ def test_reads_are_open_when_no_read_token_is_configured(client: TestClient) -> 
 def test_read_token_guards_reads_and_the_write_token_also_reads(tmp_path: Path) -> None:
     ctx = make_context(tmp_path / "s.db", RuleBook(), read_token=READ_TOKEN)
     try:
-        with TestClient(create_app(ctx)) as c:
+        with TestClient(web_app(ctx)) as c:
             for path in (
                 "/incidents",
                 "/incidents/x",
@@ -145,7 +145,7 @@ def test_read_token_guards_reads_and_the_write_token_also_reads(tmp_path: Path) 
 def test_without_any_token_everything_is_open_on_loopback(tmp_path: Path) -> None:
     ctx = make_context(tmp_path / "s.db", RuleBook(), token=None)
     try:
-        with TestClient(create_app(ctx)) as c:
+        with TestClient(web_app(ctx)) as c:
             r = c.post(
                 "/silences",
                 json={"matchers": {"pod": ["p"]}, "duration": "1h", "comment": "maintenance"},
@@ -430,7 +430,7 @@ def test_healthz_and_readyz(client: TestClient) -> None:
 def test_readyz_is_503_until_started_and_when_the_store_is_gone(tmp_path: Path) -> None:
     ctx = make_context(tmp_path / "s.db", RuleBook())
     try:
-        with TestClient(create_app(ctx)) as c:
+        with TestClient(web_app(ctx)) as c:
             ctx.ready = False
             r = c.get("/readyz")
             assert r.status_code == 503 and r.json()["checks"]["started"] is False

@@ -13,10 +13,10 @@ import yaml
 from pydantic import BaseModel
 
 from service.api import create_app
-from service.api.auth import ALLOW_ENV, InsecureConfigError, check_auth_config, is_loopback
 from service.api.timespec import parse_duration, parse_instant
 from service.config import ApiSettings, Settings, load_settings
 from service.context import ServiceContext
+from service.netguard import ALLOW_ENV, InsecureConfigError, check_auth_config, is_loopback
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from markupsafe import escape
 
-from service.api.app import create_app
+from service.app import web_app
 from service.classify.rulebook import RuleBook
 from service.notify.alert import Alert
 from tests.api_support import (
@@ -61,7 +61,7 @@ def login(c: TestClient, token: str) -> None:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     ctx = make_context(tmp_path_factory.mktemp("ui") / "sentinel.db", RuleBook())
-    with TestClient(create_app(ctx), base_url="https://testserver") as c:
+    with TestClient(web_app(ctx), base_url="https://testserver") as c:
         ingest(c, KV, "llm-prod", "llama-0", "gpu-a")
         ingest(c, PORT, "llm-dev", "qwen-0", "gpu-b")
         yield c
@@ -71,7 +71,7 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
 @pytest.fixture()
 def fresh(tmp_path: Path) -> Iterator[TestClient]:
     ctx = make_context(tmp_path / "sentinel.db", RuleBook())
-    with TestClient(create_app(ctx), base_url="https://testserver") as c:
+    with TestClient(web_app(ctx), base_url="https://testserver") as c:
         ingest(c, KV, "llm-prod", "llama-0")
         yield c
     close_context(ctx)
@@ -139,7 +139,7 @@ def test_a_crash_loop_shows_its_attempts(tmp_path: Path) -> None:
 
     ctx = make_context(tmp_path / "s.db", RuleBook())
     try:
-        with TestClient(create_app(ctx), base_url="https://testserver") as c:
+        with TestClient(web_app(ctx), base_url="https://testserver") as c:
             now = time.time()
             for k in range(3):  # the same pod fails the same way three times, 2 min apart
                 recs = fluent_bit_records(
@@ -224,7 +224,7 @@ def test_writes_need_the_write_token_and_a_csrf_token(fresh: TestClient) -> None
 def test_reads_follow_the_read_token_rule(tmp_path: Path) -> None:
     ctx = make_context(tmp_path / "s.db", RuleBook(), read_token=READ_TOKEN)
     try:
-        with TestClient(create_app(ctx), base_url="https://testserver") as c:
+        with TestClient(web_app(ctx), base_url="https://testserver") as c:
             ingest(c, KV, "llm-prod", "llama-0")
             r = c.get("/ui/incidents?tier=capacity", follow_redirects=False)
             assert r.status_code == 303

@@ -17,14 +17,14 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from service import metrics, ratelog
+from service import ratelog
 from service.api import create_app
-from service.api.auth import InsecureConfigError, check_auth_config
 from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
 from service.config import ApiSettings, Settings
 from service.ingest.budget import DECOMPRESSED, Lease
 from service.ingest.http_body import MAX_TAG
+from service.netguard import InsecureConfigError, check_auth_config
 from tests.api_support import REAL, WRITE, close_context, fluentbit_records, kube, make_context
 from tests.ingest_samples import rejects
 
@@ -304,8 +304,8 @@ def test_a_flood_of_rejects_logs_a_bounded_amount(
     with caplog.at_level(logging.WARNING, logger="vllm_sentinel.rejects"):
         for _ in range(30):
             assert post(client, junk, "application/octet-stream").status_code == 415
-        for _ in range(30):  # the shared metrics.reject (envelope, other sources) as well
-            metrics.reject("http", "invalid_utf8", "\udcff" * 10_000)
+        for _ in range(30):  # the shared ratelog.reject (envelope, other sources) as well
+            ratelog.reject("http", "invalid_utf8", "\udcff" * 10_000)
     assert rejects("http", "unsupported_media_type") == before + 30
     lines = [r.getMessage() for r in caplog.records if r.name == "vllm_sentinel.rejects"]
     assert len(lines) == 2, lines

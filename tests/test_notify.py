@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from service.config import ReceiverSettings
+from service.labels import incident_labels, validate
 from service.notify import pagerduty, slack, webhook
 from service.notify.alert import Alert
-from service.notify.matchers import incident_labels, validate
 from service.notify.outbox import backoff, make_route, message_kind
 from service.notify.ratelimit import TokenBucket
 from service.notify.routing import Router

@@ -9,10 +9,10 @@ import re
 import pytest
 
 from service.classify.engine import Classifier
+from service.classify.judgements import serving
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
-from service.intel import serving_stats
 from service.records import LogRecord
 from tests.test_engine import HEALTHY_V1
 
@@ -149,5 +149,5 @@ def test_stats_lines_of_the_cpu_build_and_newer_fields_are_read() -> None:
         "waiting to start, 1 in progress, 0 completed waiting, Preemptions: 4, CPU KV cache "
         "usage: 99.2%, Prefix cache hit rate: 0.0%"
     )
-    (j,) = serving_stats.judge(line, state, prefix_caching_expected=False)
+    (j,) = serving.judge(line, state, prefix_caching_expected=False)
     assert j.rule == "requests-preempted" and "CPU KV cache usage 99.2%" in j.detail

@@ -18,8 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 
-from service import metrics, ui
-from service.api.auth import check_auth_config
+from service import metrics
 from service.api.routers import (
     classify,
     feedback,
@@ -33,6 +32,7 @@ from service.api.routers import (
     streams,
 )
 from service.context import ServiceContext
+from service.netguard import check_auth_config
 
 log = logging.getLogger("vllm_sentinel.api")
 
@@ -88,7 +88,8 @@ class _CountRequests:
 
 def create_app(ctx: ServiceContext) -> FastAPI:
     """The API around a service context; refuses an unauthenticated API on a non-loopback
-    address (see :mod:`service.api.auth`)."""
+    address (see :mod:`service.netguard`). The dashboard is mounted on it by
+    :func:`service.app.web_app`, one floor up: the API never imports the UI."""
     check_auth_config(ctx.settings.api)
 
     @asynccontextmanager
@@ -117,7 +118,6 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
         app.include_router(ingest.router)
         app.include_router(otlp.router)  # POST /v1/logs (OpenTelemetry logs)
-    ui.mount(app)  # the dashboard under /ui/, / → /ui/, /docs with local assets
 
     @app.exception_handler(Exception)
     async def _unhandled(request: Request, exc: Exception) -> JSONResponse:

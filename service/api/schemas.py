@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from service import labels
 from service.api.timespec import parse_duration, parse_instant
-from service.notify import matchers as notify_matchers
 from service.taxonomy import CATEGORIES, STAGES, TIERS
 
 Tier = Literal[TIERS]  # type: ignore[valid-type]
@@ -22,7 +22,7 @@ Stage = Literal[STAGES]  # type: ignore[valid-type]
 Severity = Literal["critical", "warning"]
 IncidentStatus = Literal["open", "resolved"]
 
-MATCHER_KEYS = tuple(sorted(notify_matchers.FIELDS))
+MATCHER_KEYS = tuple(sorted(labels.FIELDS))
 _MATCHER_VALUES: dict[str, tuple[str, ...]] = {
     "tier": TIERS,
     "category": CATEGORIES,
@@ -154,12 +154,12 @@ class Stats(_Open):
 
 # ---- silences ----------------------------------------------------------------------------
 def validate_matchers(matchers: dict[str, list[str] | str]) -> dict[str, list[str]]:
-    """The notifier's own normalisation (:func:`service.notify.matchers.validate`), plus:
+    """The notifier's own normalisation (:func:`service.labels.validate`), plus:
     no empty values, and values of taxonomy fields must be known ids or globs that match one
     (a typo like ``oom_kvcache`` would otherwise silence nothing, silently)."""
     if not matchers:
         raise ValueError("at least one matcher is required (a silence must not mute everything)")
-    out = notify_matchers.validate(matchers)
+    out = labels.validate(matchers)
     for key, values in out.items():
         values = [v.strip() for v in values]
         if any(not v for v in values):

@@ -17,13 +17,14 @@ from service.classify import restarts
 from service.classify.facts import explain_compatibility
 from service.classify.finding import Finding
 from service.classify.incident import Incident
+from service.classify.judgements import serving, stalls
+from service.classify.judgements.playbook import playbook_for, restart_advice, warning_advice
 from service.classify.masking import mask
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, Signature, load_playbook
 from service.classify.stream_state import FAILED, READY, SERVING, STARTING, STOPPED, StreamState
-from service.intel import serving_stats, stalls
-from service.intel.playbook import playbook_for, restart_advice, warning_advice
-from service.intel.workload import diff_facts, restart_unit, workload_key
+from service.classify.workload import diff_facts, restart_unit, workload_key
+from service.metrics import DISAGREEMENTS
 from service.parse import line as L
 from service.records import LogRecord
 from service.taxonomy import STAGE_INDEX, later_stage, tier_of
@@ -531,7 +532,6 @@ class Classifier:
         self.model_calls += 1
         if pred is not None and pred.category not in (category, "unknown"):
             self.disagreements += 1
-            from service.metrics import DISAGREEMENTS
 
             DISAGREEMENTS.inc()
 
@@ -906,7 +906,7 @@ class Classifier:
             " ".join(sig.description.split()) if sig and sig.description else None
         )
         if not p.detail:
-            p.detail = serving_stats.line_detail(p.rule, L.clean(p.line))
+            p.detail = serving.line_detail(p.rule, L.clean(p.line))
 
     # ---- judgements beyond single lines ------------------------------------------------
     def _judgement(
@@ -1011,7 +1011,7 @@ class Classifier:
             else st.facts.get("enable_prefix_caching") == "True"
         )
         state = st.extra.setdefault("stats", {})
-        for j in serving_stats.judge(text, state, expected):
+        for j in serving.judge(text, state, expected):
             self._judgement(st, j.rule, j.category, j.detail, L.clean(text), time, changes)
 
     def tick(self, now: float) -> list[Change]:

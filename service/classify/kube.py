@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from service.classify import restarts
-from service.intel.playbook import restart_advice
+from service.classify.judgements.playbook import restart_advice
 from service.parse import line as L
 from service.records import LogRecord
 

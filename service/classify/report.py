@@ -6,10 +6,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from service.classify import blockscan
 from service.classify.engine import Change, Classifier
 from service.classify.incident import Incident
 from service.classify.stream_state import STARTING
 from service.ingest.envelope import Format
+from service.ingest.files import read_files
 from service.ingest.timestamps import line_time
 from service.records import LogRecord
 
@@ -43,8 +45,6 @@ def classify_paths(
 ) -> list[dict[str, Any]]:
     """Classify files (``-`` = stdin): raw and CRI files by blocks
     (:mod:`service.classify.blockscan`), the others line by line; same reports either way."""
-    from service.classify import blockscan
-    from service.ingest.files import read_files
 
     seen: dict[str, dict[str, Incident]] = {}  # in order of first appearance
     for path in paths:

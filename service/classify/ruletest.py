@@ -19,7 +19,9 @@ import regex
 import yaml
 from pydantic import ValidationError
 
+from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, Signature
+from service.parse.line import parse_line
 
 SHIPPED, ADDED, REPLACED, OVERRIDDEN = "shipped", "added", "replaced", "overridden"
 
@@ -153,8 +155,6 @@ def load_rule_set(
 def run_examples(rule_set: RuleSet, *, only_added: bool = False) -> list[str]:
     """Every rule's own examples, as the shipped rules are tested: each ``match`` example is
     matched by the rule and no ``no_match`` example is. One line per failure."""
-    from service.classify.rulebook import RuleBook
-    from service.parse.line import parse_line
 
     rb = RuleBook(signatures=rule_set.signatures)
     failures = []

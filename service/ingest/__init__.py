@@ -10,5 +10,5 @@
 
 Helpers: :mod:`.timestamps`, :mod:`.runtime_paths` (identity from kubelet/Docker paths and
 tail tags), :mod:`.msgpack_events`, :mod:`.compression`, :mod:`.forward_handshake`.
-Every rejected input is counted with :func:`service.metrics.reject` (source, reason).
+Every rejected input is counted with :func:`service.ratelog.reject` (source, reason).
 """

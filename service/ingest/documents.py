@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
-from service import metrics
+from service import ratelog
 from service.ingest.envelope import MAX_LINE, decode_record
 from service.records import LogRecord
 
@@ -44,18 +44,18 @@ def read_document(
         return None
     data = fh.read(MAX_DOCUMENT + 1)
     if len(data) > MAX_DOCUMENT:
-        metrics.reject(source, "oversize", f"JSON document larger than {MAX_DOCUMENT} bytes")
+        ratelog.reject(source, "oversize", f"JSON document larger than {MAX_DOCUMENT} bytes")
         return []
     try:
         obj = json.loads(data)
     except (ValueError, RecursionError) as exc:
-        metrics.reject(source, "bad_json", f"{exc}")
+        ratelog.reject(source, "bad_json", f"{exc}")
         return []
     items = obj if type(obj) is list else [obj]
     out: list[LogRecord] = []
     for i, item in enumerate(items):
         if type(item) is not dict:
-            metrics.reject(source, "bad_record", repr(item)[:200])
+            ratelog.reject(source, "bad_record", repr(item)[:200])
             continue
         out.extend(
             decode_record(

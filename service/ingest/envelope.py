@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from service import metrics
+from service import ratelog
 from service.ingest.kube import is_kube_object, kube_records
 from service.ingest.runtime_paths import path_meta
 from service.ingest.timestamps import parse_rfc3339, to_epoch
@@ -92,7 +92,7 @@ def decode_line(
     elif fmt == Format.CRI:
         cri = split_cri(line)
         if cri is None:
-            metrics.reject(source, "bad_cri", line)
+            ratelog.reject(source, "bad_cri", line)
             return []
         return _cri_records(cri, stream, position, meta, source, max_line)
     elif fmt == Format.DOCKER or fmt == Format.FLUENT:
@@ -100,7 +100,7 @@ def decode_line(
         if obj is None or (
             text_field(obj) is None and (fmt == Format.DOCKER or not is_kube_object(obj))
         ):
-            metrics.reject(source, "bad_docker" if fmt == Format.DOCKER else "bad_record", line)
+            ratelog.reject(source, "bad_docker" if fmt == Format.DOCKER else "bad_record", line)
             return []
         if fmt == Format.FLUENT:
             return decode_record(
@@ -157,7 +157,7 @@ def decode_record(
         elif text is None and (nested := _merged_vllm_json(record)) is not None:
             text = "\n".join(vllm_json_lines(nested))  # Merge_Log_Key
         else:
-            metrics.reject(source, "no_log_field", repr(record)[:200])
+            ratelog.reject(source, "no_log_field", repr(record)[:200])
             return []
     elif not text.isascii():
         text = clean_text(text, source)
@@ -322,7 +322,7 @@ def clean_text(text: str, source: str) -> str:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        metrics.reject(source, "invalid_utf8", text)
+        ratelog.reject(source, "invalid_utf8", text)
         return _SURROGATE.sub("\ufffd", text)
 
 
@@ -331,7 +331,7 @@ def decode_bytes(data: bytes, source: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        metrics.reject(source, "invalid_utf8", repr(data[:200]))
+        ratelog.reject(source, "invalid_utf8", repr(data[:200]))
         return data.decode("utf-8", "replace")
 
 
@@ -480,7 +480,7 @@ def _inner_envelope(
                 inner = clean_text(inner, source)
             return to_epoch(obj.get("time")), obj.get("stream"), False, inner, True
     if fmt == Format.CRI or fmt == Format.DOCKER:
-        metrics.reject(source, "bad_cri" if fmt == Format.CRI else "bad_docker", text)
+        ratelog.reject(source, "bad_cri" if fmt == Format.CRI else "bad_docker", text)
         return False
     return None
 
@@ -544,5 +544,5 @@ def _records(
 
 
 def _truncate(text: str, max_line: int, source: str) -> str:
-    metrics.reject(source, "oversize", f"{len(text)} chars")
+    ratelog.reject(source, "oversize", f"{len(text)} chars")
     return text[:max_line]

@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
-from service import metrics
+from service import metrics, ratelog
 from service.ingest.documents import read_document
 from service.ingest.envelope import MAX_LINE, Format, decode_line
 from service.ingest.joiner import Joiner
@@ -78,7 +78,7 @@ def read_file(
     except OSError as exc:
         if raw_fh is not None:
             raw_fh.close()
-        metrics.reject(source, "unreadable", f"{path}: {exc}")
+        ratelog.reject(source, "unreadable", f"{path}: {exc}")
         return
     default = stream or ("stdin" if path == "-" else path)
     meta = path_meta(path) if path != "-" else {}
@@ -124,7 +124,7 @@ def read_file(
                     lines_in.inc(count)
                     count = 0
     except (OSError, EOFError, zlib.error) as exc:
-        metrics.reject(source, "unreadable", f"{path}: {exc}")
+        ratelog.reject(source, "unreadable", f"{path}: {exc}")
     finally:
         if raw_fh is not None:
             fh.close()
@@ -169,7 +169,7 @@ def _blocks(fh: BinaryIO, max_line: int, source: str) -> Iterator[list[bytes]]:
             lines = [_bounded(line, max_line, source) for line in lines]
         yield lines
         if len(carry) > max_line:
-            metrics.reject(source, "oversize", f"line longer than {max_line} bytes")
+            ratelog.reject(source, "oversize", f"line longer than {max_line} bytes")
             yield [_cut(carry, max_line)]
             carry = b""
             skipping = True
@@ -180,7 +180,7 @@ def _blocks(fh: BinaryIO, max_line: int, source: str) -> Iterator[list[bytes]]:
 def _bounded(line: bytes, max_line: int, source: str) -> bytes:
     if len(line) <= max_line:
         return line
-    metrics.reject(source, "oversize", f"line of {len(line)} bytes")
+    ratelog.reject(source, "oversize", f"line of {len(line)} bytes")
     return _cut(line, max_line)
 
 
@@ -195,19 +195,19 @@ def _cut(data: bytes, limit: int) -> bytes:
 def _salvage(raw: bytes, source: str) -> str | None:
     """Text of a line with NUL bytes or invalid UTF-8; ``None`` for binary junk (counted)."""
     if b"\x00" in raw:
-        metrics.reject(source, "nul_bytes", repr(raw[:80]))
+        ratelog.reject(source, "nul_bytes", repr(raw[:80]))
         raw = raw.replace(b"\x00", b"")
         if not raw or _junk(raw, 0):
-            metrics.reject(source, "binary", repr(raw[:80]))
+            ratelog.reject(source, "binary", repr(raw[:80]))
             return None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         text = raw.decode("utf-8", "replace")
         if _junk(raw, text.count("\ufffd")):
-            metrics.reject(source, "binary", repr(raw[:80]))
+            ratelog.reject(source, "binary", repr(raw[:80]))
             return None
-        metrics.reject(source, "invalid_utf8", repr(raw[:200]))
+        ratelog.reject(source, "invalid_utf8", repr(raw[:200]))
         return text
 
 

@@ -26,7 +26,7 @@ has not come within ``partial_timeout`` seconds, or is still unfinished at
 Exposure and resources:
 
 * Without a ``shared_key`` the server refuses to start on a non-loopback address
-  (:class:`~service.api.auth.InsecureConfigError`) unless ``allow_unauthenticated``.
+  (:class:`~service.netguard.InsecureConfigError`) unless ``allow_unauthenticated``.
 * At most ``max_connections`` connections at once; one more is accepted and closed at once
   (counted). The cap is lowered, with a warning, to leave ``FD_RESERVE`` descriptors of the
   process limit to the API and the store.
@@ -58,7 +58,6 @@ import msgpack
 from prometheus_client import Counter, Gauge
 
 from service import metrics
-from service.api.auth import InsecureConfigError, is_loopback
 from service.ingest.budget import BudgetExhausted, Lease, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record
@@ -66,6 +65,7 @@ from service.ingest.forward_handshake import Handshake
 from service.ingest.http_body import MAX_RECORDS, MAX_TAG
 from service.ingest.joiner import Joiner
 from service.ingest.msgpack_events import new_unpacker, split_event, to_bytes, unpack_all
+from service.netguard import InsecureConfigError, is_loopback
 from service.ratelog import RateLimitedLog, brief, reject
 from service.records import LogRecord
 

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from service import metrics
+from service import ratelog
 from service.ingest.envelope import MAX_LINE, PARTIAL, expand_vllm_json
 from service.records import LogRecord
 
@@ -135,7 +135,7 @@ class Joiner:
 
     def _overflow(self, pending: _Pending) -> None:
         pending.truncated = True
-        metrics.reject(self.source, "oversize", f"line longer than {self.max_line} chars")
+        ratelog.reject(self.source, "oversize", f"line longer than {self.max_line} chars")
 
     @staticmethod
     def _finish(pending: _Pending) -> list[LogRecord]:

@@ -71,7 +71,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from service import metrics
+from service import metrics, ratelog
 from service.config import KafkaSettings
 from service.ingest.envelope import MAX_LINE, PARTIAL, Format
 from service.ingest.joiner import Joiner
@@ -287,7 +287,7 @@ class KafkaSourceBase(ABC):
                     source=source,
                 )
             except Exception as exc:  # the decoder should never raise; never let it stop us
-                metrics.reject(
+                ratelog.reject(
                     source, "decode_error", f"kafka:{topic}:{partition}:{offset} {exc!r}"
                 )
                 records = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from service import metrics
+from service import metrics, ratelog
 from service.ingest.envelope import (
     MAX_LINE,
     Format,
@@ -49,7 +49,7 @@ def decode_kafka_value(
     """Records of one message; ``[]`` (counted) for tombstones and undecodable values."""
     position = f"kafka:{topic}:{partition}:{offset}"
     if not value:
-        metrics.reject(source, "empty", position)
+        ratelog.reject(source, "empty", position)
         return []
     stream = _key_text(key) or f"kafka:{topic}:{partition}"
     first = value[0]
@@ -62,7 +62,7 @@ def decode_kafka_value(
         elif 0x80 <= first <= 0x9F or 0xDC <= first <= 0xDF:
             records = _msgpack(value, stream, position, source, max_line)
         if records is None and fmt == Format.FLUENT:
-            metrics.reject(source, "bad_record", repr(value[:200]))
+            ratelog.reject(source, "bad_record", repr(value[:200]))
             return []
     if records is None:
         if text is None:
@@ -121,7 +121,7 @@ def _records(
         if event is None or not has_line(event[1]):
             if len(items) == 1:
                 return None  # a lone non-record value is taken as text
-            metrics.reject(source, "bad_record", repr(item)[:200])
+            ratelog.reject(source, "bad_record", repr(item)[:200])
             continue
         pos = position if not out else f"{position}#{len(out)}"
         out.extend(

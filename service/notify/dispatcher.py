@@ -46,8 +46,8 @@ from typing import Any
 import httpx
 
 from service import metrics
+from service.classify.fleet import FLEET_PRONE, is_fleet
 from service.config import FleetSettings, NotifySettings, ReceiverSettings
-from service.intel.fleet import FLEET_PRONE, is_fleet
 from service.notify.alert import Alert
 from service.notify.outbox import NOTE_NEVER_SENT, backoff, make_route, message_kind
 from service.notify.ratelimit import TokenBucket

@@ -1,5 +1,5 @@
 """Which receivers hear about an incident: each receiver's ``match`` (see
-:mod:`service.notify.matchers`); without a ``severity`` matcher only critical incidents
+:mod:`service.labels`); without a ``severity`` matcher only critical incidents
 route, so warnings never page unless a receiver asks for ``severity: [warning]``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from service.config import ReceiverSettings
-from service.notify.matchers import incident_labels, matches, validate
+from service.labels import incident_labels, matches, validate
 
 
 class Router:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from service.notify.matchers import incident_labels, matches
+from service.labels import incident_labels, matches
 
 
 class SilenceSource(Protocol):

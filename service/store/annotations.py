@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection, RowMapping
 
-from service.notify.matchers import validate
+from service.labels import validate
 from service.store.schema import feedback, incidents, silences
 
 

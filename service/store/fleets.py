@@ -10,7 +10,7 @@ PostgreSQL, the database write lock (``BEGIN IMMEDIATE``) on SQLite — and read
 taking it, so it sees the fleets and memberships every earlier decision committed. A second
 instance judging another pod of the same fleet therefore joins the first one's fleet instead
 of creating (and paging) another, or wrongly finding too few unattached pods and paging its
-pod alone. The id is deterministic as well (:func:`service.intel.fleet.fleet_id`), so even
+pod alone. The id is deterministic as well (:func:`service.classify.fleet.fleet_id`), so even
 an unlocked duplicate would collide on the primary key.
 
 Row locks are taken members first, then the fleet row, both here and when a batch resolves
@@ -26,8 +26,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.engine import Connection
 
-from service.classify.incident import Incident
-from service.intel.fleet import (
+from service.classify.fleet import (
     FLEET_PRONE,
     KEYS,
     find_fleet,
@@ -37,6 +36,7 @@ from service.intel.fleet import (
     is_fleet,
     with_members,
 )
+from service.classify.incident import Incident
 from service.store import writes
 from service.store.dialect import insert
 from service.store.engine import is_postgres
@@ -54,7 +54,7 @@ class FleetJoin:
 
 
 def _body(row: Any) -> dict[str, Any]:
-    """An incident row as the dict :mod:`service.intel.fleet` reads."""
+    """An incident row as the dict :mod:`service.classify.fleet` reads."""
     body = dict(row.body)
     body["id"] = row.id
     if row.opened_at is not None:

@@ -13,6 +13,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
+from service.ui.routes import router
+
 STATIC = Path(__file__).resolve().parent / "static"
 DOCS_CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
@@ -22,8 +24,6 @@ DOCS_CSP = (
 
 
 def mount(app: FastAPI, docs_url: str = "/docs") -> None:
-    from service.ui.routes import router
-
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="ui-static")
 

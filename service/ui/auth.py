@@ -22,7 +22,8 @@ from typing import Any
 
 from fastapi import Request, Response
 
-from service.api.auth import is_loopback, read_tokens, write_tokens
+from service.api.auth import read_tokens, write_tokens
+from service.netguard import is_loopback
 
 COOKIE = "sentinel_token"
 CSRF_COOKIE = "sentinel_csrf"

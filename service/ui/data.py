@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
-from service.store.fleets import FLEET_PREFIX
+from service.store.fleets import FLEET_PREFIX, members
 from service.store.queries import _decode_cursor, _encode_cursor, incident_view
 from service.store.schema import incidents, silences, streams
 
@@ -185,7 +185,6 @@ def list_fleets(
     store: Any, status: str | None = None, limit: int = MAX_FLEETS
 ) -> list[dict[str, Any]]:
     """Fleet incidents, newest first, each with its member incidents."""
-    from service.store.fleets import members
 
     t = incidents.c
     stmt = select(incidents).where(t.stream.like(FLEET_PREFIX + "%"))

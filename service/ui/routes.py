@@ -24,6 +24,7 @@ from service.api.body import MiB, read_body
 from service.api.routers import classify as classify_api
 from service.api.schemas import FeedbackRequest, ResolveRequest, SilenceRequest
 from service.api.timespec import parse_duration, parse_instant
+from service.ingest.compression import gunzip
 from service.taxonomy import CATEGORIES, CATEGORY_TIER, STAGES, TIERS
 from service.ui import auth, data, present
 
@@ -582,8 +583,6 @@ async def classify_post(request: Request) -> Response:
             error=f"the log is larger than {MAX_PASTE // MiB} MiB",
         )
     if data_bytes.startswith(b"\x1f\x8b"):
-        from service.ingest.compression import gunzip
-
         try:
             data_bytes = gunzip(data_bytes, MAX_PASTE)
         except ValueError as exc:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from service.taxonomy import tier_of
+
 
 def _text(value: Any) -> str:
     return " ".join(str(value or "").split())
@@ -28,7 +30,6 @@ def warning_advice(rule: str | None, playbook: dict[str, Any]) -> dict[str, Any]
 def restart_advice(category: str, playbook: dict[str, Any]) -> tuple[bool, str]:
     """(whether restarting the workload can help, why) for a failure that repeats: the
     category's entry under ``restarts.categories``, else its tier's, else the default."""
-    from service.taxonomy import tier_of
 
     rs = playbook.get("restarts") or {}
     entry = (

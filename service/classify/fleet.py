@@ -16,7 +16,7 @@ from typing import Any
 
 from service.classify.finding import Finding
 from service.classify.incident import Incident
-from service.intel.workload import workload_key
+from service.classify.workload import workload_key
 from service.taxonomy import tier_of
 
 # Categories whose failures typically hit many nodes at once (a driver branch, an image, a

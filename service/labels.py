@@ -1,4 +1,4 @@
-"""Label matchers shared by receiver routes and silences.
+"""Incident labels and matchers, shared by receiver routes, silences, the store and the API.
 
 A matcher set is ``{field: [values]}``: every field must match (AND), any value of a field
 (OR); values are exact or shell-style globs (``prod-*``). Fields: ``tier``, ``category``,
