@@ -347,8 +347,8 @@ def test_crashed_instance_lease_expires_and_another_sends(store: Store, rx: Rece
         kafka_records(REAL / "bad-dtype.cri.log", stream="ns/a/vllm"), "kafka"
     )
     d.expand()
+    claimed_at = time.time()  # the lease starts during the call: no earlier than this
     (claim,) = store.claim_deliveries("hook", "crashed-instance", lease_s=1.0, group_wait_s=0)
-    claimed_at = time.time()
     assert store.claim_deliveries("hook", "other", lease_s=1.0, group_wait_s=0) == []
     d.start()
     try:
