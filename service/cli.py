@@ -4,11 +4,13 @@ feedback-export."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from service.ingest.envelope import Format
@@ -21,6 +23,9 @@ _COLOURS = {
     "none": "\x1b[32m",
 }
 _RESET = "\x1b[0m"
+NEEDS_EXTRA = (
+    "training needs scikit-learn, which is not installed: pip install 'vllm-sentinel[train]'"
+)
 
 
 _EPILOG = (
@@ -134,10 +139,30 @@ def _parser() -> argparse.ArgumentParser:
         sub,
         "train",
         "rebuild the text model",
-        "Trains the text model on training_data/ into models/ and pins it. Its own "
-        "options:\nvllm-sentinel train --help.",
+        "Trains the text model on --data into --out: the verified artifact, its manifest "
+        "and\nmodel card; writing the shipped models/ also pins its digests in the "
+        "package.\nNeeds the [train] extra (scikit-learn). Same data and seed, same "
+        "artifact bytes.",
     )
-    t.add_argument("args", nargs=argparse.REMAINDER, help="options of the trainer")
+    t.add_argument(
+        "--data", type=Path, default=Path("training_data"), help="directory of *.jsonl examples"
+    )
+    t.add_argument(
+        "--out",
+        type=Path,
+        default=Path("models"),
+        help="output directory for the artifact, manifest, model card",
+    )
+    t.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    t.add_argument(
+        "--with-feedback",
+        dest="feedback",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="JSONL of corrections {text, category} to add (vllm-sentinel feedback-export)",
+    )
+    t.add_argument("--quiet", action="store_true", help="no progress on stderr")
 
     e = _command(
         sub,
@@ -256,15 +281,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    # train's own options (--data, --with-feedback, --help ...) go to the trainer as they are
-    # (argparse.REMAINDER does not take arguments that start with "-" first)
-    cmd_at = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
-    if cmd_at is not None and argv[cmd_at] == "train":
-        args = _parser().parse_args([*argv[:cmd_at], "train"])
-        args.args = argv[cmd_at + 1 :]
-    else:
-        args = _parser().parse_args(argv)
+    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     from service.configcheck import ConfigError
     from service.netguard import InsecureConfigError
 
@@ -291,13 +308,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.cmd == "classify":
         return _classify(args)
     if args.cmd == "train":
-        from service.classify.training import main as train_main
-
-        return train_main(args.args, prog="vllm-sentinel train")
+        return _train(args)
     if args.cmd == "evaluate":
-        from service.evaluate import main as evaluate_main
-
-        return evaluate_main(args.directory, args.mode, args.json)
+        return _evaluate(args)
     if args.cmd == "feedback-export":
         return _feedback_export(args)
     if args.cmd == "check-config":
@@ -393,13 +406,77 @@ def _rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train(args: argparse.Namespace) -> int:
+    """``vllm-sentinel train``: one JSON line of scores on stdout; exit 2 on bad data or
+    without scikit-learn."""
+    if importlib.util.find_spec("sklearn") is None:
+        print(f"vllm-sentinel train: {NEEDS_EXTRA}", file=sys.stderr)
+        return 2
+    from service.training.fit import train as fit
+
+    try:
+        manifest = fit(
+            args.data, args.out, seed=args.seed, feedback=args.feedback, quiet=args.quiet
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"training failed: {exc}", file=sys.stderr)
+        return 2
+    s = manifest["scores"]
+    summary = {
+        "macro_f1": s["macro_f1"],
+        "threshold": manifest["threshold"],
+        "abstain_rate": s["abstain_rate"],
+        "healthy_false_alarms": s["healthy_false_alarms"],
+        "sha256": manifest["sha256"],
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    """``vllm-sentinel evaluate``: scores per mode (or the ablation), as text or JSON."""
+    from service.training.evaluate import MODES, ablation
+    from service.training.evaluate import evaluate as score_mode
+
+    directory = Path(args.directory)
+    if args.mode == "ablation":
+        r = ablation(directory)
+        print(
+            json.dumps(r, indent=2)
+            if args.json
+            else f"== ablation (deciding signature removed): {r['cases']} cases, "
+            f"{r['rules_removed']} rules  category accuracy: signatures "
+            f"{r['signatures_category_accuracy']:.3f} vs hybrid {r['hybrid_category_accuracy']:.3f}"
+            f"  tier accuracy: signatures {r['signatures_tier_accuracy']:.3f} vs hybrid "
+            f"{r['hybrid_tier_accuracy']:.3f}"
+        )
+        return 0
+    modes = MODES if args.mode == "all" else (args.mode,)
+    results = {m: score_mode(directory, m) for m in modes}
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    for m, r in results.items():
+        print(
+            f"== {m}: {r['cases']} cases  tier accuracy {r['tier_accuracy']:.3f}  "
+            f"category macro-F1 {r['category_macro_f1']:.3f}  "
+            f"stage accuracy {r['stage_accuracy']:.3f}  missed {len(r['missed_failures'])}  "
+            f"false alarms {len(r['false_alarms'])}"
+        )
+        if m == modes[-1] or len(modes) == 1:
+            for w in r["wrong"]:
+                print(f"   {w['case']}: expected {w['expected']} got {w['got']}\n      {w['line']}")
+    sys.stdout.flush()
+    return 0
+
+
 def _feedback_export(args: argparse.Namespace) -> int:
     from sqlalchemy.engine import make_url
 
     from service.configcheck import load_checked
-    from service.feedback import corrections, write_jsonl
     from service.store import Store
     from service.store.engine import normalise_url
+    from service.training.feedback import corrections, write_jsonl
 
     settings = load_checked(args.config)
     url = make_url(normalise_url(settings.store.url))
