@@ -58,7 +58,6 @@ ALLOWED_LAZY: set[tuple[str, str]] = {
 }
 ALLOWED_LONG: set[str] = {
     "service.classify.engine",
-    "service.cli",
     "service.ingest.envelope",
     "service.ingest.forward",
     "service.ingest.kafka_source",
