@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.classify.training import load_examples
+from service.training.examples import load_examples
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -423,6 +423,7 @@ def test_every_command_explains_itself_and_every_option() -> None:
         ["rules"],
         ["rules", "list"],
         ["rules", "test"],
+        ["train"],
         ["evaluate"],
         ["feedback-export"],
     ],

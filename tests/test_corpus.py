@@ -7,7 +7,7 @@ import pytest
 
 from service.classify.engine import Classifier
 from service.classify.rulebook import RuleBook
-from service.evaluate import load_cases, predict, score
+from service.training.evaluate import load_cases, predict, score
 from tests.conftest import CORPUS
 
 CASES = load_cases(CORPUS)

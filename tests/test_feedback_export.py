@@ -14,12 +14,12 @@ from fastapi.testclient import TestClient
 
 from service import cli
 from service.api.app import create_app
-from service.classify import training
 from service.config import ApiSettings, Settings, StoreSettings
 from service.context import ServiceContext
-from service.feedback import corrections, training_text
 from service.records import LogRecord
 from service.store import Store
+from service.training.examples import load_examples
+from service.training.feedback import corrections, training_text
 from tests.test_store import REAL, _rulebook, k8s, kafka_records, pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +148,7 @@ def test_feedback_export_feeds_training(tmp_path: Path) -> None:
 
     # the file is what train --with-feedback reads: same loader, then the real CLI
     data = _tiny_training_set(tmp_path)
-    examples, _ = training.load_examples(data, out)
+    examples, _ = load_examples(data, out)
     assert sorted((e.text, e.category) for e in examples if e.source == "feedback") == sorted(
         (r["text"], r["category"]) for r in rows
     )

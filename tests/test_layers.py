@@ -37,12 +37,12 @@ FLOORS: list[tuple[str, ...]] = [
     ("api",),
     ("ui",),
     ("app", "configcheck"),
-    ("training", "evaluate", "feedback"),  # the last two move into training
+    ("training",),
     ("cli",),
 ]
 FLOOR = {name: n for n, names in enumerate(FLOORS) for name in names}
-LAZY_OK = {"service.cli"}  # the CLI imports its sub-commands' modules when they run
-TRAINING_IMPORTERS = {"service.cli"}
+LAZY_OK = {"cli"}  # the CLI's modules import their commands' modules when they run
+TRAINING_IMPORTERS = {"cli"}  # the pieces that may import service.training
 
 # today's exceptions, each one a debt the restructure pays off (the list only shrinks)
 ALLOWED_MODULE_CYCLES: list[list[str]] = [
@@ -54,14 +54,10 @@ ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_LAZY: set[tuple[str, str]] = {
     ("service.classify.engine", "service.classify.kube"),
     ("service.classify.kube", "service.classify.engine"),
-    ("service.classify.training", "service.classify.loader"),
     ("service.ingest.kafka_source", "service.ingest.confluent_source"),
 }
 ALLOWED_LONG: set[str] = {
     "service.classify.engine",
-    "service.classify.text_model",
-    "service.classify.training",
-    "service.cli",
     "service.ingest.envelope",
     "service.ingest.forward",
     "service.ingest.kafka_source",
@@ -201,14 +197,16 @@ def test_no_import_runs_back_up() -> None:
 
 
 def test_no_import_hidden_inside_a_function() -> None:
-    hidden = {(src, dst) for src, targets in LAZY.items() if src not in LAZY_OK for dst in targets}
+    hidden = {
+        (src, dst) for src, targets in LAZY.items() if piece(src) not in LAZY_OK for dst in targets
+    }
     assert hidden - ALLOWED_LAZY == set()
     assert ALLOWED_LAZY - hidden == set(), "a paid debt: drop it from ALLOWED_LAZY"
 
 
 def test_only_the_cli_imports_the_training_package() -> None:
     importers = {
-        src
+        piece(src)
         for src, targets in RUNTIME.items()
         for dst in targets
         if piece(dst) == "training" and piece(src) != "training"

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from service import metrics
-from service.classify import loader
 from service.classify.loader import MODELS_DIR, build_classifier, check_pin, load_text_model
+from service.classify.model_artifact import ArtifactError, sha256_bytes
 from service.classify.model_pin import PINNED
-from service.classify.text_model import ArtifactError, sha256_bytes
 from service.records import LogRecord
+from service.training.pin import PIN_FILE, write_pin
 
 OOM = (
     "(EngineCore_DP0 pid=7) ERROR 01-01 00:00:00 [core.py:1] torch.OutOfMemoryError: CUDA "
@@ -68,12 +68,11 @@ def test_a_corrupt_artifact_leaves_a_working_classifier_on_signatures(tmp_path) 
     assert changes and changes[0].incident.primary.category.startswith("oom")
 
 
-def test_training_rewrites_the_pin(tmp_path, monkeypatch) -> None:
+def test_training_rewrites_the_pin(tmp_path) -> None:
     pin = tmp_path / "model_pin.py"
-    shutil.copy(loader.PIN_FILE, pin)
-    monkeypatch.setattr(loader, "PIN_FILE", pin)
+    shutil.copy(PIN_FILE, pin)
     d = swapped_models(tmp_path)
-    loader.write_pin(d)
+    write_pin(d, pin_file=pin)
     ns: dict = {}
     exec(compile(pin.read_text(), str(pin), "exec"), ns)  # noqa: S102 - our own generated file
     check_pin(d, ns["PINNED"])

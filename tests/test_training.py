@@ -8,8 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.classify import training
 from service.classify.text_model import TextModel
+from service.cli import main
+from service.taxonomy import CATEGORY_TIER
+from service.training.card import model_card
+from service.training.examples import load_examples, prepare
+from service.training.fit import train
+from service.training.recipe import group_splits
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "training_data"
@@ -29,33 +34,33 @@ def _rows(path: Path) -> list[dict]:
 
 
 def test_no_template_family_straddles_a_split():
-    raw, _ = training.load_examples(DATA)
-    examples = training._prepare(raw, 60, seed=0)
+    raw, _ = load_examples(DATA)
+    examples = prepare(raw, 60, seed=0)
     y = np.array([e.category for e in examples])
     groups = np.array([e.group for e in examples])
     fam_group: dict[str, int] = {}
     for e in examples:  # a family never spans two groups
         assert fam_group.setdefault(e.family, e.group) == e.group
-    for a, b in training._group_splits(y, groups, 5, seed=0):
+    for a, b in group_splits(y, groups, 5, seed=0):
         assert not set(groups[a].tolist()) & set(groups[b].tolist())
         masked_a = {examples[i].masked for i in a}
         assert not any(examples[i].masked in masked_a for i in b)
 
 
 def test_training_data_uses_only_taxonomy_labels_and_has_every_category():
-    raw, ood = training.load_examples(DATA)
+    raw, ood = load_examples(DATA)
     cats = {e.category for e in raw}
-    assert cats == set(training.CATEGORY_TIER) - {"unknown"}
+    assert cats == set(CATEGORY_TIER) - {"unknown"}
     assert ood, "out-of-taxonomy texts are needed to choose the threshold"
     for path in DATA.glob("*.jsonl"):
         for row in _rows(path):
             assert row["source"] and row["family"]
-            assert row["tier"] == training.CATEGORY_TIER[row["category"]]
+            assert row["tier"] == CATEGORY_TIER[row["category"]]
 
 
 def test_same_seed_same_scores_and_artifact(tmp_path):
-    a = training.train(DATA, tmp_path / "a", seed=3, config=SMALL, quiet=True, max_examples=450)
-    b = training.train(DATA, tmp_path / "b", seed=3, config=SMALL, quiet=True, max_examples=450)
+    a = train(DATA, tmp_path / "a", seed=3, config=SMALL, quiet=True, max_examples=450)
+    b = train(DATA, tmp_path / "b", seed=3, config=SMALL, quiet=True, max_examples=450)
     assert a["scores"] == b["scores"]
     assert a["threshold"] == b["threshold"]
     assert a["class_thresholds"] == b["class_thresholds"]
@@ -66,7 +71,7 @@ def test_same_seed_same_scores_and_artifact(tmp_path):
 
 
 def test_trained_artifact_loads_and_documents_itself(tmp_path):
-    m = training.train(DATA, tmp_path, seed=0, config=SMALL, quiet=True, max_examples=450)
+    m = train(DATA, tmp_path, seed=0, config=SMALL, quiet=True, max_examples=450)
     for key in (
         "sha256",
         "classes",
@@ -83,12 +88,17 @@ def test_trained_artifact_loads_and_documents_itself(tmp_path):
     assert set(m["scores"]["per_class"]) == set(m["classes"])
     card = (tmp_path / "MODEL_CARD.md").read_text()
     assert "Held-out evaluation" in card and "Confusion matrix" in card
-    assert "python -m service.classify.training" in card
+    assert "vllm-sentinel train" in card
     model = TextModel.load(tmp_path)
     pred = model.predict(
         "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
     )
     assert pred.category in (*m["classes"], "unknown")
+
+
+def test_the_shipped_card_is_the_generated_one():
+    manifest = json.loads((ROOT / "models" / "text_model.json").read_text(encoding="utf-8"))
+    assert (ROOT / "models" / "MODEL_CARD.md").read_text(encoding="utf-8") == model_card(manifest)
 
 
 def _tiny_dataset(tmp_path: Path) -> Path:
@@ -128,8 +138,18 @@ def test_cli_trains_with_feedback(tmp_path, capsys):
         + "\n"
     )
     out = tmp_path / "models"
-    rc = training.main(
-        ["--data", str(data), "--out", str(out), "--seed", "1", "--with-feedback", str(feedback)]
+    rc = main(
+        [
+            "train",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--seed",
+            "1",
+            "--with-feedback",
+            str(feedback),
+        ]
     )
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -146,7 +166,7 @@ def test_cli_reports_bad_labels(tmp_path):
     (data / "x.jsonl").write_text(
         json.dumps({"text": "x", "category": "gpu_on_fire", "family": "f", "source": "s"}) + "\n"
     )
-    assert training.main(["--data", str(data), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    assert main(["train", "--data", str(data), "--out", str(tmp_path / "o"), "--quiet"]) == 2
 
 
 def test_tier_must_match_category(tmp_path):
@@ -165,4 +185,4 @@ def test_tier_must_match_category(tmp_path):
         + "\n"
     )
     with pytest.raises(ValueError, match="tier"):
-        training.load_examples(data)
+        load_examples(data)

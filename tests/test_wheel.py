@@ -135,7 +135,7 @@ from service import metrics
 from service.classify.loader import MODELS_DIR, build_classifier
 from service.classify.report import classify_paths
 from service.classify.rules import RULES_DIR
-from service.evaluate import macro_f1
+from service.training.evaluate import macro_f1
 
 clf = build_classifier()
 (rep,) = classify_paths([sys.argv[1]], clf)

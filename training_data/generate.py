@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from service.classify.text_model import key_line  # noqa: E402
+from service.classify.model_input import key_line  # noqa: E402
 from service.taxonomy import CATEGORY_TIER  # noqa: E402
 
 # families whose message is shared by several categories: never emitted without a frame

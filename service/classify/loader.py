@@ -13,19 +13,20 @@ import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from service import metrics
 from service.classify.engine import Classifier
+from service.classify.model_artifact import ArtifactError
 from service.classify.model_pin import PINNED
 from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR
-from service.classify.text_model import ArtifactError, TextModel
+from service.classify.text_model import TextModel
 from service.shipped import shipped_dir
 
 log = logging.getLogger(__name__)
 MODELS_DIR = shipped_dir("models")  # the top-level models/, installed as vllm_sentinel_data.models
-PIN_FILE = Path(__file__).resolve().with_name("model_pin.py")
 
 
 def check_pin(models_dir: Path, pinned: Mapping[str, str]) -> None:
@@ -40,16 +41,6 @@ def check_pin(models_dir: Path, pinned: Mapping[str, str]) -> None:
                 f"{models_dir / name} is not the shipped file (sha256 "
                 f"{actual[:12]}… != pinned {digest[:12]}…); refusing to load it"
             )
-
-
-def write_pin(models_dir: Path, names: tuple[str, ...] = tuple(PINNED)) -> None:
-    """Pin the files of ``models_dir`` in the package (the training script calls this)."""
-    lines = [
-        f'    "{n}": "{hashlib.sha256((models_dir / n).read_bytes()).hexdigest()}",' for n in names
-    ]
-    text = PIN_FILE.read_text(encoding="utf-8")
-    head = text[: text.index("PINNED = {")]
-    PIN_FILE.write_text(head + "PINNED = {\n" + "\n".join(lines) + "\n}\n", encoding="utf-8")
 
 
 def load_text_model(
@@ -84,9 +75,9 @@ def build_classifier(
     rules_dir: Path = RULES_DIR,
     models_dir: Path = MODELS_DIR,
     rulebook: RuleBook | None = None,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> Classifier:
     model = load_text_model(models_dir) if use_model else None
     return Classifier(
         rulebook or RuleBook(rules_dir), text_model=model, novelty=NoveltyDetector(), **kwargs
-    )  # type: ignore[arg-type]
+    )

@@ -8,7 +8,6 @@ Modes: ``signatures`` (no model), ``model`` (no signatures), ``hybrid`` (the pro
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,35 +167,3 @@ def ablation(directory: Path) -> dict[str, Any]:
         "signatures_tier_accuracy": round(tier_sig / n, 4) if n else 0.0,
         "hybrid_tier_accuracy": round(tier_hyb / n, 4) if n else 0.0,
     }
-
-
-def main(directory: str, mode: str = "all", as_json: bool = False) -> int:
-    if mode == "ablation":
-        r = ablation(Path(directory))
-        print(
-            json.dumps(r, indent=2)
-            if as_json
-            else f"== ablation (deciding signature removed): {r['cases']} cases, "
-            f"{r['rules_removed']} rules  category accuracy: signatures "
-            f"{r['signatures_category_accuracy']:.3f} vs hybrid {r['hybrid_category_accuracy']:.3f}"
-            f"  tier accuracy: signatures {r['signatures_tier_accuracy']:.3f} vs hybrid "
-            f"{r['hybrid_tier_accuracy']:.3f}"
-        )
-        return 0
-    modes = MODES if mode == "all" else (mode,)
-    results = {m: evaluate(Path(directory), m) for m in modes}
-    if as_json:
-        print(json.dumps(results, indent=2))
-        return 0
-    for m, r in results.items():
-        print(
-            f"== {m}: {r['cases']} cases  tier accuracy {r['tier_accuracy']:.3f}  "
-            f"category macro-F1 {r['category_macro_f1']:.3f}  "
-            f"stage accuracy {r['stage_accuracy']:.3f}  missed {len(r['missed_failures'])}  "
-            f"false alarms {len(r['false_alarms'])}"
-        )
-        if m == modes[-1] or len(modes) == 1:
-            for w in r["wrong"]:
-                print(f"   {w['case']}: expected {w['expected']} got {w['got']}\n      {w['line']}")
-    sys.stdout.flush()
-    return 0

@@ -1,0 +1,165 @@
+"""Training examples: loading them, refusing held-out data, leakage-free groups.
+
+``<data>/*.jsonl`` holds one example a line (``text``, ``category``, ``tier``, ``source``,
+``family``); files named ``ood*.jsonl`` (and examples labelled ``unknown``) hold
+out-of-taxonomy error text, with no class of its own, used only to choose the abstain
+thresholds. Corrections (``vllm-sentinel train --with-feedback``, JSONL of ``{text,
+category}``, :mod:`service.training.feedback`) are added as examples of their own family;
+a correction to ``unknown`` becomes out-of-taxonomy text. The held-out evaluation sets
+(``tests/corpus``, ``tests/blind``) are refused as training data.
+
+:func:`prepare` masks every example into its key line and whole event
+(:func:`service.classify.model_input.event_fields`), drops exact duplicates of a masked
+text, caps examples per family, and puts families whose masked texts coincide into one
+group (union-find), so no wording is ever on both sides of a split.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.classify.model_input import event_fields
+from service.taxonomy import CATEGORY_TIER
+
+__all__ = ["UNKNOWN", "Example", "load_examples", "prepare"]
+
+UNKNOWN = "unknown"
+
+
+@dataclass(slots=True)
+class Example:
+    text: str
+    category: str
+    family: str
+    source: str = ""
+    stage: str | None = None
+    masked: str = ""
+    key: str = ""
+    group: int = -1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{n}: not JSON: {exc}") from exc
+            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
+                raise ValueError(f"{path}:{n}: an example needs a string 'text'")
+            row["_where"] = f"{path.name}:{n}"
+            rows.append(row)
+    return rows
+
+
+def load_examples(
+    data_dir: Path, feedback: Path | None = None
+) -> tuple[list[Example], list[Example]]:
+    """(labelled examples, out-of-taxonomy texts) from ``data_dir`` (+ corrections)."""
+    data_dir = Path(data_dir)
+    held_out = {"corpus", "blind"}  # tests/corpus and tests/blind: evaluation only
+    parts = data_dir.resolve().parts
+    if any(a == "tests" and b in held_out for a, b in zip(parts, parts[1:], strict=False)):
+        raise ValueError(f"{data_dir} is a held-out evaluation set, never training data")
+    files = sorted(data_dir.glob("*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"no *.jsonl training files in {data_dir}")
+    examples: list[Example] = []
+    ood: list[Example] = []
+    for path in files:
+        is_ood = path.name.startswith("ood")
+        for row in _read_jsonl(path):
+            cat = row.get("category")
+            fam = str(row.get("family") or f"{path.stem}:{row['_where']}")
+            if is_ood or cat == UNKNOWN:
+                ood.append(Example(row["text"], UNKNOWN, fam, str(row.get("source", ""))))
+                continue
+            if cat not in CATEGORY_TIER:
+                raise ValueError(f"{row['_where']}: category {cat!r} is not in the taxonomy")
+            tier = row.get("tier")
+            if tier is not None and tier != CATEGORY_TIER[cat]:
+                raise ValueError(
+                    f"{row['_where']}: tier {tier!r} does not match {cat!r} "
+                    f"({CATEGORY_TIER[cat]!r})"
+                )
+            examples.append(
+                Example(row["text"], cat, fam, str(row.get("source", "")), row.get("stage"))
+            )
+    if feedback is not None:
+        for i, row in enumerate(_read_jsonl(Path(feedback))):
+            cat = row.get("category")
+            fam = f"feedback:{i}"
+            if cat == UNKNOWN:
+                ood.append(Example(row["text"], UNKNOWN, fam, "feedback"))
+            elif cat in CATEGORY_TIER:
+                examples.append(Example(row["text"], cat, fam, "feedback"))
+            else:
+                raise ValueError(f"feedback {row['_where']}: unknown category {cat!r}")
+    return examples, ood
+
+
+def prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Example]:
+    """Mask, drop duplicate masked texts, cap examples per family, assign leakage-free groups."""
+    for ex in examples:
+        ex.key, ex.masked = event_fields(ex.text)
+    seen: dict[str, Example] = {}
+    kept: list[Example] = []
+    conflicts = 0
+    # union-find over family ids, joined whenever two families share a masked text
+    parent: dict[str, str] = {}
+
+    def find(a: str) -> str:
+        parent.setdefault(a, a)
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    for ex in examples:
+        if not ex.masked.strip():
+            continue
+        find(ex.family)
+        prev = seen.get(ex.masked)
+        if prev is None:
+            seen[ex.masked] = ex
+            kept.append(ex)
+        else:
+            union(prev.family, ex.family)
+            if prev.category != ex.category:
+                conflicts += 1
+    if conflicts:
+        # the same masked text under two labels: keep the first, the data file order decides
+        print(f"[train] warning: {conflicts} masked texts carry two labels", file=sys.stderr)
+    rng = np.random.default_rng(seed)
+    by_family: dict[str, list[Example]] = defaultdict(list)
+    for ex in kept:
+        by_family[ex.family].append(ex)
+    capped: list[Example] = []
+    for fam in sorted(by_family):
+        items = by_family[fam]
+        if len(items) > max_per_family:
+            idx = sorted(rng.choice(len(items), size=max_per_family, replace=False))
+            items = [items[i] for i in idx]
+        capped.extend(items)
+    roots = sorted({find(ex.family) for ex in capped})
+    gid = {r: i for i, r in enumerate(roots)}
+    for ex in capped:
+        ex.group = gid[find(ex.family)]
+    return capped
