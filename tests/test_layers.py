@@ -62,7 +62,6 @@ ALLOWED_LONG: set[str] = {
     "service.classify.text_model",
     "service.classify.training",
     "service.cli",
-    "service.ingest.envelope",
     "service.ingest.forward",
     "service.ingest.kafka_source",
     "service.notify.dispatcher",
