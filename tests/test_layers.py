@@ -64,7 +64,6 @@ ALLOWED_LONG: set[str] = {
     "service.cli",
     "service.ingest.forward",
     "service.ingest.kafka_source",
-    "service.ui.routes",
 }
 
 
