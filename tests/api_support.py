@@ -11,7 +11,7 @@ from service.classify.engine import Classifier
 from service.classify.rulebook import RuleBook
 from service.config import ApiSettings, Settings
 from service.context import ServiceContext
-from service.ingest.envelope import split_cri
+from service.ingest.container_lines import split_cri
 from service.pipeline import Pipeline
 from service.store import Store
 

@@ -9,15 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.ingest.envelope import (
-    PARTIAL,
-    Format,
-    decode_line,
-    decode_record,
-    decode_text,
-    split_cri,
-    stream_key,
-)
+from service.ingest.container_lines import split_cri
+from service.ingest.envelope import Format, decode_line, decode_record, decode_text
+from service.ingest.fluent_record import stream_key
+from service.ingest.lines import PARTIAL
 from service.ingest.runtime_paths import path_meta
 from service.ingest.timestamps import EventTime, ext_hook, parse_rfc3339, to_epoch
 from tests.ingest_samples import (

@@ -7,8 +7,9 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.ingest.envelope import PARTIAL, decode_line
+from service.ingest.envelope import decode_line
 from service.ingest.joiner import Joiner
+from service.ingest.lines import PARTIAL
 from service.records import LogRecord
 from tests.ingest_samples import ENGINE_FAILED, NCCL_WARN, ROUTES, STARTUP, rejects
 

@@ -58,11 +58,8 @@ ALLOWED_LAZY: set[tuple[str, str]] = {
 }
 ALLOWED_LONG: set[str] = {
     "service.classify.engine",
-    "service.ingest.envelope",
     "service.ingest.forward",
     "service.ingest.kafka_source",
-    "service.notify.dispatcher",
-    "service.ui.routes",
 }
 
 

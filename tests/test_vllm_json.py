@@ -20,7 +20,8 @@ from fluent.sender import FluentSender
 from service.classify.engine import Classifier
 from service.classify.report import classify_paths, classify_records
 from service.classify.rulebook import RuleBook
-from service.ingest.envelope import Format, decode_line, decode_record, split_cri
+from service.ingest.container_lines import split_cri
+from service.ingest.envelope import Format, decode_line, decode_record
 from service.ingest.files import read_file
 from service.ingest.forward import ForwardServer
 from service.ingest.joiner import Joiner

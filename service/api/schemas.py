@@ -7,8 +7,9 @@ fields without breaking the API; request models forbid unknown fields so typos f
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -218,6 +219,28 @@ class SilenceRequest(_Strict):
         self.ends_at = ends
         self.duration = None
         return self
+
+    def resolved(self) -> NewSilence:
+        """The silence in the store's terms, as validation left it: every matcher value a
+        list, ``ends_at`` (and ``starts_at`` when given) epoch seconds."""
+        return NewSilence(
+            matchers=cast(dict[str, list[str]], self.matchers),
+            ends_at=float(cast(float, self.ends_at)),
+            starts_at=cast(float | None, self.starts_at),
+            created_by=self.created_by,
+            comment=self.comment,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NewSilence:
+    """A validated :class:`SilenceRequest`: what :meth:`Store.create_silence` takes."""
+
+    matchers: dict[str, list[str]]
+    ends_at: float
+    starts_at: float | None
+    created_by: str
+    comment: str
 
 
 class Silence(_Open):

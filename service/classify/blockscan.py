@@ -32,8 +32,10 @@ from service import metrics
 from service.classify.engine import Change, Classifier
 from service.classify.incident import MAX_EVIDENCE, Incident
 from service.classify.stream_state import STARTING
-from service.ingest.envelope import MAX_LINE, Format, decode_line, split_cri, stream_key
+from service.ingest.container_lines import split_cri
+from service.ingest.envelope import MAX_LINE, Format, decode_line
 from service.ingest.files import salvage_line
+from service.ingest.fluent_record import stream_key
 from service.ingest.runtime_paths import path_meta
 from service.ingest.timestamps import line_time
 from service.parse.line import EMPTY, parse_line

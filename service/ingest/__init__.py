@@ -1,7 +1,9 @@
 """Ingest: sources and envelopes up to the plain :class:`service.records.LogRecord`.
 
 - :mod:`.envelope` — one line (raw, Docker json-file, CRI) or one Fluent Bit / Fluentd record
-  to records; stream key, metadata, runtime time.
+  to records: detects the envelope and hands it to its family, :mod:`.container_lines` (CRI,
+  Docker), :mod:`.fluent_record` (line field, metadata, stream key), :mod:`.json_text`,
+  :mod:`.salvage` (broken UTF-8, over-long lines), :mod:`.lines` (one record per line).
 - :mod:`.joiner` — rejoins Docker 16 KiB partials and CRI ``P`` chunks (bounded, flushable).
 - :mod:`.files` — files / stdin (plain or gzip) to records.
 - :mod:`.forward` — Fluentd Forward Protocol v1 server (ack after the sink stored the batch).

@@ -40,15 +40,10 @@ from typing import Any
 from service import metrics
 from service.ingest.budget import BudgetExhausted, Lease, MiB, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
-from service.ingest.envelope import (
-    MAX_LINE,
-    clean_text,
-    decode_bytes,
-    decode_record,
-    decode_text,
-    has_line,
-)
+from service.ingest.envelope import MAX_LINE, decode_record, decode_text
+from service.ingest.fluent_record import has_line
 from service.ingest.msgpack_events import split_event, unpack_all
+from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
 

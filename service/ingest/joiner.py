@@ -15,7 +15,9 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from service import ratelog
-from service.ingest.envelope import MAX_LINE, PARTIAL, expand_vllm_json
+from service.ingest.envelope import MAX_LINE
+from service.ingest.json_text import expand_vllm_json
+from service.ingest.lines import PARTIAL
 from service.records import LogRecord
 
 

@@ -73,9 +73,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from service import metrics, ratelog
 from service.config import KafkaSettings
-from service.ingest.envelope import MAX_LINE, PARTIAL, Format
+from service.ingest.envelope import MAX_LINE, Format
 from service.ingest.joiner import Joiner
 from service.ingest.kafka_value import decode_kafka_value
+from service.ingest.lines import PARTIAL
 from service.records import LogRecord
 
 if TYPE_CHECKING:

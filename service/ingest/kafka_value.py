@@ -22,16 +22,11 @@ from functools import lru_cache
 from typing import Any
 
 from service import metrics, ratelog
-from service.ingest.envelope import (
-    MAX_LINE,
-    Format,
-    decode_bytes,
-    decode_record,
-    decode_text,
-    has_line,
-    parse_json,
-)
+from service.ingest.envelope import MAX_LINE, Format, decode_record, decode_text
+from service.ingest.fluent_record import has_line
+from service.ingest.json_text import parse_json
 from service.ingest.msgpack_events import split_event, unpack_all
+from service.ingest.salvage import decode_bytes
 from service.records import LogRecord
 
 

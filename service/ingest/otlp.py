@@ -30,9 +30,12 @@ from typing import Any
 from service import metrics
 from service.ingest.budget import BudgetExhausted, Lease, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
-from service.ingest.envelope import MAX_LINE, clean_text, decode_record, parse_json, stream_key
+from service.ingest.envelope import MAX_LINE, decode_record
+from service.ingest.fluent_record import stream_key
 from service.ingest.http_body import MAX_DECOMPRESSED_BYTES, MAX_RECORDS, BodyRefused
+from service.ingest.json_text import parse_json
 from service.ingest.runtime_paths import path_meta
+from service.ingest.salvage import clean_text
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
 

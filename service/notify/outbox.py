@@ -4,13 +4,29 @@ deliveries, naming the message a claim becomes, and the retry schedule."""
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
 from service.notify.routing import Router
-from service.store.deliveries import Claim, Route
+from service.store import Store
+from service.store.deliveries import Claim, Hold, Route
 
+EXPAND_BATCH = 200
 NOTE_SEND_RESOLVED_OFF = "send_resolved is off for this receiver"
 NOTE_NEVER_SENT = "resolution of an incident this receiver was never told about"
+
+
+def expand(store: Store, route: Route, hold: Hold | None, stop: threading.Event) -> int:
+    """Turn every new outbox event into deliveries (``route`` names the receivers and their
+    first status, ``hold`` delays a first message), ``EXPAND_BATCH`` events per
+    transaction until none are left or ``stop`` is set. Events expanded."""
+    total = 0
+    while not stop.is_set():
+        n = store.expand_outbox(route, limit=EXPAND_BATCH, hold=hold)
+        total += n
+        if n < EXPAND_BATCH:
+            break
+    return total
 
 
 def make_route(router: Router) -> Route:

@@ -1,20 +1,30 @@
-"""The web dashboard: server-rendered pages under ``/ui/`` on the API's own app.
+"""The web dashboard: server-rendered pages under ``/ui/`` on the API's own app (a little
+JavaScript only refreshes the incident list).
 
-``mount(app)`` adds the pages (:mod:`service.ui.routes`), their static files (vendored in
-``static/``: no CDN, no build step), ``/`` → ``/ui/``, and Swagger UI at ``/docs`` served
-from the vendored ``swagger-ui-dist`` files (works on an air-gapped cluster).
+``mount(app)`` adds the pages, one module per resource (:data:`PAGES`, assembled into one
+router here), their static files (vendored in ``static/``: no CDN, no build step),
+``/`` → ``/ui/``, and Swagger UI at ``/docs`` served from the vendored ``swagger-ui-dist``
+files (works on an air-gapped cluster).
+
+Reads need what the API's reads need, writes what its writes need (see
+:mod:`service.ui.auth`); every form posts back here and is answered with a redirect (303)
+to the page that shows the result, so reload never re-submits (:mod:`service.ui.forms`,
+:mod:`service.ui.page`). The pages read through the API's own models and the store, and
+:mod:`service.ui.data` adds the queries only the dashboard needs.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from service.ui.routes import router
+from service.ui import actions, incidents, paste, signin, silences, streams
 
+# the page modules, in the order their routes are matched
+PAGES = (incidents, actions, streams, silences, paste, signin)
 STATIC = Path(__file__).resolve().parent / "static"
 DOCS_CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
@@ -23,8 +33,16 @@ DOCS_CSP = (
 )
 
 
+def pages() -> APIRouter:
+    """Every dashboard page under ``/ui``, none of them in the OpenAPI schema."""
+    router = APIRouter(prefix="/ui", include_in_schema=False)
+    for module in PAGES:
+        router.include_router(module.router)
+    return router
+
+
 def mount(app: FastAPI, docs_url: str = "/docs") -> None:
-    app.include_router(router)
+    app.include_router(pages())
     app.mount("/ui/static", StaticFiles(directory=str(STATIC)), name="ui-static")
 
     @app.get("/", include_in_schema=False)

@@ -47,7 +47,8 @@ _OPENAPI_BODY = {
 }
 
 
-def _limiter() -> anyio.CapacityLimiter:
+def limiter() -> anyio.CapacityLimiter:
+    """The capacity limiter every classification runs under (the dashboard's paste too)."""
     global _LIMITER
     if _LIMITER is None:
         _LIMITER = anyio.CapacityLimiter(2)
@@ -110,6 +111,6 @@ async def classify(
     if not body.strip():
         raise HTTPException(status_code=400, detail="empty log")
     reports = await anyio.to_thread.run_sync(
-        classify_bytes, ctx, body, fmt, stream, limiter=_limiter()
+        classify_bytes, ctx, body, fmt, stream, limiter=limiter()
     )
     return ClassifyResponse(reports=reports, primary=primary_of(reports))

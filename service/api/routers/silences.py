@@ -19,13 +19,14 @@ def list_silences(store: StoreDep, active: bool = False) -> list[dict]:
 
 @router.post("", response_model=Silence, status_code=201, dependencies=[WriteAuth])
 def create_silence(body: SilenceRequest, store: StoreDep) -> dict:
+    new = body.resolved()
     try:
         return store.create_silence(
-            body.matchers,
-            float(body.ends_at),  # type: ignore[arg-type]
-            created_by=body.created_by,
-            comment=body.comment,
-            starts_at=body.starts_at,
+            new.matchers,
+            new.ends_at,
+            created_by=new.created_by,
+            comment=new.comment,
+            starts_at=new.starts_at,
         )
     except ValueError as exc:  # the store's own checks (matchers, window)
         raise HTTPException(status_code=422, detail=str(exc)) from None

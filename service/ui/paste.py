@@ -1,0 +1,114 @@
+"""Paste a log (``/ui/classify``): a textarea or a file (gzip allowed, up to the API's
+``POST /classify`` limit), classified exactly as that endpoint and the CLI do; nothing is
+stored, nobody is paged. The result shows each stream's incidents with their ladder and
+facts.
+
+Reading is enough to use it (it is the API's read rule), but the form still carries the
+CSRF token so another site cannot make a browser post logs here.
+"""
+
+from __future__ import annotations
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+from starlette.datastructures import UploadFile
+
+from service.api.body import MiB
+from service.api.deps import get_ctx
+from service.api.routers import classify as classify_api
+from service.ingest.compression import gunzip
+from service.ui import auth, present
+from service.ui.forms import read_form, write_guard
+from service.ui.page import denied_read, login_redirect, render
+
+router = APIRouter()
+
+MAX_PASTE = classify_api.MAX_BODY
+FORMATS = ("auto", "raw", "docker", "cri", "fluent")
+SHOWN_BACK = 200_000  # characters of pasted text put back into the form with the result
+
+
+@router.get("/classify", response_class=HTMLResponse)
+def classify_page(request: Request) -> Response:
+    denied = denied_read(request)
+    if denied:
+        return denied
+    return render(
+        request,
+        "classify.html",
+        nav="classify",
+        title="Paste a log",
+        reports=None,
+        text="",
+        fmt="auto",
+    )
+
+
+@router.post("/classify", response_class=HTMLResponse)
+async def classify_post(request: Request) -> Response:
+    denied = denied_read(request)
+    if denied:
+        return denied
+    form = await read_form(request, MAX_PASTE + MiB)
+    if not auth.csrf_ok(request, str(form.get("csrf") or "")):
+        return write_guard(request, form) or login_redirect(request)
+    text = str(form.get("log") or "")
+    fmt = str(form.get("format") or "auto")
+    if fmt not in FORMATS:
+        fmt = "auto"
+    upload = form.get("file")
+    data_bytes = text.encode("utf-8", "surrogatepass")
+    name = None
+    if isinstance(upload, UploadFile) and upload.filename:
+        data_bytes = await upload.read(MAX_PASTE + 1)
+        name = upload.filename
+    if len(data_bytes) > MAX_PASTE:
+        return _refused(request, 413, "", fmt, f"the log is larger than {MAX_PASTE // MiB} MiB")
+    if data_bytes.startswith(b"\x1f\x8b"):
+        try:
+            data_bytes = gunzip(data_bytes, MAX_PASTE)
+        except ValueError as exc:
+            return _refused(request, 400, "", fmt, f"could not read the gzip file: {exc}")
+    if not data_bytes.strip():
+        return _refused(request, 400, text, fmt, "paste a log or choose a file first")
+    reports = await anyio.to_thread.run_sync(
+        classify_api.classify_bytes,
+        get_ctx(request),
+        data_bytes,
+        fmt,
+        name or "pasted",
+        limiter=classify_api.limiter(),  # the API's own limiter, shared
+    )
+    for rep in reports:
+        for inc in rep["incidents"] + rep.get("warnings", []):
+            inc.setdefault("timeline", rep.get("timeline") or {})
+            inc["ladder"] = present.ladder({**inc, "timeline": rep.get("timeline") or {}})
+        rep["fact_rows"] = present.facts_rows(rep.get("facts") or {}, rep.get("meta"))
+    shown = text if len(text) <= SHOWN_BACK else ""
+    return render(
+        request,
+        "classify.html",
+        nav="classify",
+        title="Paste a log: result",
+        reports=reports,
+        primary=classify_api.primary_of(reports),
+        text=shown,
+        fmt=fmt,
+        filename=name,
+    )
+
+
+def _refused(request: Request, status: int, text: str, fmt: str, error: str) -> Response:
+    """The form again, with what was wrong."""
+    return render(
+        request,
+        "classify.html",
+        status_code=status,
+        nav="classify",
+        title="Paste a log",
+        reports=None,
+        text=text,
+        fmt=fmt,
+        error=error,
+    )
