@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.ingest.envelope import PARTIAL
-from service.ingest.kafka_value import decode_kafka_value
+from service.sources.kafka.value import decode_kafka_value
 from tests.ingest_samples import (
     CONTAINER_ID,
     CRI_EPOCH,

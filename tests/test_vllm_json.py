@@ -24,10 +24,10 @@ from service.ingest.envelope import Format, decode_line, decode_record, split_cr
 from service.ingest.files import read_file
 from service.ingest.forward import ForwardServer
 from service.ingest.joiner import Joiner
-from service.ingest.kafka_value import decode_kafka_value
 from service.ingest.vllm_json import is_vllm_json, vllm_json_lines
 from service.parse.line import UVICORN, VLLM, parse_line
 from service.records import LogRecord
+from service.sources.kafka.value import decode_kafka_value
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = ROOT / "tests" / "fixtures" / "real"

@@ -6,7 +6,6 @@
 - :mod:`.files` — files / stdin (plain or gzip) to records.
 - :mod:`.forward` — Fluentd Forward Protocol v1 server (ack after the sink stored the batch).
 - :mod:`.http_body` — one Fluent Bit / Fluentd HTTP output body to records.
-- :mod:`.kafka_value` — one Kafka message value to records.
 
 Helpers: :mod:`.timestamps`, :mod:`.runtime_paths` (identity from kubelet/Docker paths and
 tail tags), :mod:`.msgpack_events`, :mod:`.compression`, :mod:`.forward_handshake`.
