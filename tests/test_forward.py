@@ -728,3 +728,32 @@ def test_chunk_ids_resent_chunk_is_acked_not_applied_and_neighbours_are_kept():
     # the resent chunk's partial piece was dropped: the line is joined from one copy
     assert texts.count("a" * 10 + "b" * 10) == 1
     assert texts.count(ROUTES) == 2  # offered twice, refused by the sink the second time
+
+
+def test_chunk_ids_unfinished_lines_reach_the_sink_after_the_timeout_and_at_stop():
+    """With ``chunk_ids=True`` (the service's sink takes ``(records, chunk_id)``), a line
+    whose closing chunk never came is handed over with ``chunk_id`` None: after
+    ``partial_timeout``, and at :meth:`ForwardServer.stop`, which returns normally."""
+    calls: list[tuple[list[str], str | None]] = []
+
+    async def sink(records: list[LogRecord], chunk_id: str | None) -> bool:
+        calls.append(([r.text for r in records], chunk_id))
+        return True
+
+    def chunk(text: str) -> dict[str, str]:
+        return {"time": "2026-07-27T10:11:12.1Z", "stream": "stdout", "_p": "P", "log": text}
+
+    async def main() -> None:
+        server = ForwardServer(sink, port=0, chunk_ids=True, partial_timeout=0.2)
+        await server.start()
+        client = await Client.connect(server)
+        await client.send([TAG, [[T0, chunk("a" * 10)]], {"chunk": "c1"}])
+        assert await client.receive() == {"ack": "c1"}
+        await until(lambda: (["a" * 10], None) in calls)  # flushed once idle
+        await client.send(["other", [[T0, chunk("b" * 10)]], {"chunk": "c2"}])
+        assert await client.receive() == {"ack": "c2"}
+        await client.close()
+        await server.stop()  # holds "b" * 10 unfinished: handed over, no TypeError
+
+    asyncio.run(main())
+    assert calls[-1] == (["b" * 10], None)

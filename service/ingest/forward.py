@@ -339,8 +339,15 @@ class ForwardServer:
         if self.joiner is not None:
             rest = self.joiner.flush()
             if rest:
-                await self.sink(rest)
+                await self._hand(rest, None)
                 self._lines_in.inc(len(rest))
+
+    async def _hand(self, records: list[LogRecord], chunk_id: str | None) -> Any:
+        """Call the sink as it was given: ``sink(records, chunk_id)`` with ``chunk_ids``
+        (``chunk_id`` None for lines that belong to no chunk), else ``sink(records)``."""
+        if self.chunk_ids:
+            return await self.sink(records, chunk_id)
+        return await self.sink(records)
 
     async def _flush_idle_lines(self) -> None:
         """Emit lines whose closing chunk never came (the container died mid-line)."""
@@ -350,7 +357,7 @@ class ForwardServer:
             stale = self.joiner.flush_idle(self.partial_timeout)
             if stale:
                 try:
-                    await self.sink(stale)
+                    await self._hand(stale, None)
                     self._lines_in.inc(len(stale))
                 except Exception:
                     _limited.error(
@@ -552,10 +559,7 @@ class ForwardServer:
         if not records and chunk_id is None:
             return
         try:
-            if self.chunk_ids:
-                applied = await self.sink(records, chunk_id)
-            else:
-                applied = await self.sink(records)
+            applied = await self._hand(records, chunk_id)
         except Exception:
             if mark is not None and self.joiner is not None:
                 self.joiner.rollback(mark)  # the client will resend these chunks
