@@ -32,11 +32,11 @@ from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.config import Settings
 from service.configcheck import ConfigError, load_checked, serve_problems
 from service.context import ServiceContext
-from service.ingest.forward import ForwardServer
 from service.netguard import check_auth_config, check_forward_config
 from service.notify.dispatcher import Dispatcher
 from service.pipeline import Pipeline
 from service.ratelog import loop_exception_handler
+from service.sources.forward.server import ForwardServer
 from service.sources.kafka.factory import make_kafka_source
 from service.store import Store
 from service.store.identity import default_instance_id

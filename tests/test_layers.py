@@ -61,7 +61,6 @@ ALLOWED_LONG: set[str] = {
     "service.classify.training",
     "service.cli",
     "service.ingest.envelope",
-    "service.ingest.forward",
     "service.notify.dispatcher",
     "service.ui.routes",
 }
