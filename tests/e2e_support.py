@@ -97,7 +97,7 @@ def kubernetes_map(
 def log_lines(path: Path | str) -> list[tuple[float | None, str, str]]:
     """(time, fd, text) of each whole line of a real log (CRI, Docker or raw; runtime chunks
     joined, as Fluent Bit's docker/cri multiline parsers do)."""
-    from service.ingest.files import read_files
+    from service.sources.files import read_files
 
     return [(r.time, r.meta.get("fd") or "stdout", r.text) for r in read_files([str(path)])]
 

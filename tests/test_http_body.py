@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.ingest.envelope import PARTIAL
-from service.ingest.http_body import TAG_HEADER, decode_http_body
+from service.sources.http.body import TAG_HEADER, decode_http_body
 from tests.ingest_samples import (
     CONTAINER_ID,
     CRI_EPOCH,

@@ -23,8 +23,8 @@ from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
 from service.config import ApiSettings, Settings
 from service.ingest.budget import DECOMPRESSED, Lease
-from service.ingest.http_body import MAX_TAG
 from service.netguard import InsecureConfigError, check_auth_config
+from service.sources.limits import MAX_TAG
 from tests.api_support import REAL, WRITE, close_context, fluentbit_records, kube, make_context
 from tests.ingest_samples import rejects
 

@@ -21,8 +21,8 @@ from service.classify.engine import Classifier
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.envelope import decode_line, decode_record
-from service.ingest.files import read_file, read_files
 from service.records import LogRecord
+from service.sources.files import read_file, read_files
 from service.sources.forward.server import ForwardServer
 from service.sources.kafka.value import decode_kafka_value
 

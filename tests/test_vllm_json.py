@@ -21,11 +21,11 @@ from service.classify.engine import Classifier
 from service.classify.report import classify_paths, classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.envelope import Format, decode_line, decode_record, split_cri
-from service.ingest.files import read_file
 from service.ingest.joiner import Joiner
 from service.ingest.vllm_json import is_vllm_json, vllm_json_lines
 from service.parse.line import UVICORN, VLLM, parse_line
 from service.records import LogRecord
+from service.sources.files import read_file
 from service.sources.forward.server import ForwardServer
 from service.sources.kafka.value import decode_kafka_value
 

@@ -35,18 +35,18 @@ from service.api.body import MiB, read_body, too_large
 from service.api.deps import PipelineDep
 from service.api.schemas import IngestResult
 from service.ingest.budget import BudgetExhausted, Lease
-from service.ingest.http_body import (
+from service.ingest.joiner import Joiner
+from service.ratelog import RateLimitedLog, reject
+from service.records import LogRecord
+from service.sources.http.body import (
     MAX_DECOMPRESSED_BYTES,
-    MAX_RECORDS,
     TAG_HEADER,
     BodyRefused,
     check_media,
     check_tag,
     decode_body,
 )
-from service.ingest.joiner import Joiner
-from service.ratelog import RateLimitedLog, reject
-from service.records import LogRecord
+from service.sources.limits import MAX_RECORDS
 
 log = logging.getLogger("vllm_sentinel.api")
 router = APIRouter(tags=["ingest"])

@@ -5,7 +5,7 @@ The same door as ``POST /ingest``: bearer token (``api.token``), body size limit
 as sent, 64 MiB once inflated, the parsed message charged as well, 100k log records),
 the process-wide decompression budget, the CRI chunk joiner and
 :meth:`Pipeline.submit` (the answer is sent once the batch is stored). Decoding:
-:mod:`service.ingest.otlp` (stream identity from the resource attributes).
+:mod:`service.sources.http.otlp` (stream identity from the resource attributes).
 
 Answers follow the OTLP/HTTP specification, in the request's encoding: ``200`` with an
 ``ExportLogsServiceResponse`` (``partial_success.rejected_log_records`` for records without
@@ -30,11 +30,11 @@ from service.api.body import read_body
 from service.api.deps import PipelineDep
 from service.api.routers.ingest import IDLE_FLUSH_S, MAX_BODY, MAX_DECOMPRESSED
 from service.ingest.budget import BudgetExhausted, Lease
-from service.ingest.http_body import BodyRefused
 from service.ingest.joiner import Joiner
-from service.ingest.otlp import SOURCE, decode_export, media, refuse
 from service.ratelog import RateLimitedLog
 from service.records import LogRecord
+from service.sources.http.body import BodyRefused
+from service.sources.http.otlp import SOURCE, decode_export, media, refuse
 
 log = logging.getLogger("vllm_sentinel.api")
 router = APIRouter(tags=["ingest"])

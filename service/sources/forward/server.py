@@ -40,7 +40,6 @@ from prometheus_client import Counter, Gauge
 
 from service import metrics
 from service.ingest.envelope import MAX_LINE
-from service.ingest.http_body import MAX_RECORDS
 from service.netguard import InsecureConfigError, is_loopback
 from service.ratelog import RateLimitedLog, reject
 from service.sources.forward.connection import (
@@ -52,6 +51,7 @@ from service.sources.forward.connection import (
 )
 from service.sources.forward.delivery import Delivery, Sink
 from service.sources.forward.messages import ForwardDecoder
+from service.sources.limits import MAX_RECORDS
 
 DEFAULT_PORT = 24224
 MAX_CONNECTIONS = 512

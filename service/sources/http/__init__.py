@@ -1,0 +1,6 @@
+"""The HTTP sources, served on the API port: ``POST /ingest`` (Fluent Bit ``http``, Fluentd
+``out_http``) and ``POST /v1/logs`` (OpenTelemetry logs over OTLP/HTTP).
+
+* :mod:`.body` — one collector body to records (msgpack, JSON, NDJSON, text; gzip).
+* :mod:`.otlp` — one OTLP ``ExportLogsServiceRequest`` to records (protobuf or JSON; gzip).
+"""
