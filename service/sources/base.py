@@ -49,6 +49,15 @@ class Sink(Protocol):
     def on_partitions_assigned(self, partitions: Iterable[Any]) -> None: ...
 
 
+class SourceSettingsError(ValueError):
+    """A source's settings cannot be used; ``problems`` holds one line per problem, each
+    naming the setting (the app reports them as a configuration error)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 @dataclass(frozen=True, slots=True)
 class SourceHealth:
     """One source's state for a status page or a readiness check."""

@@ -23,7 +23,8 @@ from service.ingest.joiner import Joiner
 from service.ratelog import RateLimitedLog
 from service.records import LogRecord
 
-Sink = Callable[..., Awaitable[Any]]  # sink(records) or, with chunk_ids, sink(records, chunk_id)
+# the sink as the server calls it: sink(records), or with chunk_ids sink(records, chunk_id)
+Handler = Callable[..., Awaitable[Any]]
 log = logging.getLogger("vllm_sentinel.ingest.forward")
 _limited = RateLimitedLog(log)
 
@@ -33,7 +34,7 @@ class Delivery:
 
     def __init__(
         self,
-        sink: Sink,
+        sink: Handler,
         source: str = "forward",
         *,
         chunk_ids: bool = False,

@@ -42,6 +42,7 @@ from service import metrics
 from service.ingest.envelope import MAX_LINE
 from service.netguard import InsecureConfigError, is_loopback
 from service.ratelog import RateLimitedLog, reject
+from service.sources.base import SourceHealth
 from service.sources.forward.connection import (
     CLOSED,
     READ_SIZE,
@@ -49,7 +50,7 @@ from service.sources.forward.connection import (
     ConnectionSettings,
     FrameBudget,
 )
-from service.sources.forward.delivery import Delivery, Sink
+from service.sources.forward.delivery import Delivery, Handler
 from service.sources.forward.messages import ForwardDecoder
 from service.sources.limits import MAX_RECORDS
 
@@ -75,9 +76,11 @@ ACCEPT_ERRORS = Counter(
 )
 
 
-def tls_context(certfile: str, keyfile: str, cafile: str | None = None) -> ssl.SSLContext:
-    """Server TLS context from PEM paths; with ``cafile`` clients must present a certificate
-    signed by it (mutual TLS)."""
+def tls_context(
+    certfile: str, keyfile: str | None = None, cafile: str | None = None
+) -> ssl.SSLContext:
+    """Server TLS context from PEM paths (no ``keyfile``: the key is in ``certfile``); with
+    ``cafile`` clients must present a certificate signed by it (mutual TLS)."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(certfile, keyfile)
     if cafile:
@@ -119,7 +122,7 @@ class ForwardServer:
 
     def __init__(
         self,
-        sink: Sink,
+        sink: Handler,
         host: str = "127.0.0.1",
         port: int = DEFAULT_PORT,
         shared_key: str | None = None,
@@ -188,6 +191,20 @@ class ForwardServer:
         if self._listeners:
             return self._listeners[0].getsockname()[1]
         return self._port
+
+    def health(self) -> SourceHealth:
+        """Listening or not, where, and what it holds now."""
+        joiner = self.delivery.joiner
+        return SourceHealth(
+            self.source,
+            bool(self._listeners),
+            {
+                "address": f"{self.host}:{self.port}",
+                "connections": self.open_connections,
+                "pending_bytes": self.pending_bytes,
+                "held_lines": len(joiner) if joiner is not None else 0,
+            },
+        )
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback without a shared key unless allowed (as the

@@ -45,6 +45,7 @@ from service.config import KafkaSettings
 from service.ingest.envelope import MAX_LINE, PARTIAL, Format
 from service.ingest.joiner import Joiner
 from service.records import LogRecord
+from service.sources.base import SourceHealth
 from service.sources.kafka.partition import Partition, PartitionState, describe, names
 from service.sources.kafka.value import decode_kafka_value
 
@@ -117,6 +118,13 @@ class KafkaSourceBase(ABC):
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def health(self) -> SourceHealth:
+        """Running or not, the client, and the partitions owned now (``topic:partition``)."""
+        assigned = sorted(f"{tp.topic}:{tp.partition}" for tp in self._assigned)
+        return SourceHealth(
+            self.source, self.running, {"client": self.client_name, "assigned": assigned}
+        )
 
     def run(self) -> None:
         """Consume until :meth:`stop`; reconnects (with back-off) when the client fails."""
