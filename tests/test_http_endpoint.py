@@ -79,6 +79,21 @@ def test_runtime_chunks_are_joined_across_requests_and_flushed_at_shutdown() -> 
     assert endpoint.health().detail == {"held_lines": 0}
 
 
+def test_a_batch_the_sink_failed_to_store_leaves_the_joiner_as_it_was() -> None:
+    """The collector resends the whole body: the chunks it held must neither be lost with
+    the failed batch nor count twice."""
+    sink, endpoint = Sink(), HttpEndpoint("http")
+    receive(endpoint, sink, CRI.format(flag="P", text="ab").encode())
+    sink.fail = True
+    closing = f"{CRI.format(flag='P', text='cd')}\n{CRI.format(flag='F', text='ef')}\n"
+    with pytest.raises(NotStored):
+        receive(endpoint, sink, closing.encode())
+    assert endpoint.health().detail == {"held_lines": 1}
+    sink.fail = False
+    assert receive(endpoint, sink, closing.encode()).accepted == 1
+    assert sink.calls == [(["abcdef"], "http", None)]
+
+
 def test_an_idempotency_key_becomes_a_chunk_id_namespaced_by_source() -> None:
     sink = Sink()
     receive(HttpEndpoint("http"), sink, f"{ROUTES}\n".encode(), key="k-1")

@@ -11,7 +11,8 @@ endpoint's joiner, which holds the runtime chunks of an unfinished line (CRI ``P
 requests, as the Forward server does: a line comes out when its closing chunk arrives,
 after :data:`IDLE_FLUSH_S` (with the next request), or at shutdown (:meth:`HttpEndpoint.flush`).
 Collectors with ``multiline.parser docker, cri`` already send whole lines. What comes out is
-submitted to the sink, which returns once it is stored.
+submitted to the sink, which returns once it is stored; when it fails, the joiner is put
+back as it was before the request, since the collector sends the whole body again.
 
 Outcomes: :class:`Received` (``accepted`` lines stored, 0 when there was nothing to store;
 ``rejected`` units the decoder dropped); :class:`~service.sources.http.body.BodyRefused` for
@@ -99,9 +100,14 @@ class HttpEndpoint:
         finally:
             lease.release()
         joiner = self.joiner
+        mark = joiner.checkpoint()
         records = joiner.feed(records) + joiner.flush_idle(self.idle_flush_s)
         if records:
-            await self._submit(sink, records, self.chunk_id(idempotency_key))
+            try:
+                await self._submit(sink, records, self.chunk_id(idempotency_key))
+            except NotStored:
+                joiner.rollback(mark)  # the collector resends the body, chunks and all
+                raise
         return Received(len(records), rejected)
 
     def chunk_id(self, idempotency_key: str | None) -> str | None:
