@@ -20,8 +20,8 @@ forms ...): junk is never taken for text lines.
 A body may expand to at most :data:`~service.sources.limits.MAX_RECORDS` records, and a tag
 is at most :data:`~service.sources.limits.MAX_TAG` characters. :func:`decode_body` raises
 :class:`BodyRefused` (with the HTTP status that fits) for a body refused as a whole;
-:func:`decode_http_body` turns that into ``([], 1)``. Every refusal is counted in ``sentinel_rejects_total`` and logged at a bounded
-rate (:mod:`service.ratelog`).
+:func:`decode_http_body` turns that into ``([], 1)``. Every refusal is counted in
+``sentinel_rejects_total`` and logged at a bounded rate (:mod:`service.ratelog`).
 
 Neither collector puts the tag in the body. Convention: the tag travels in the
 :data:`TAG_HEADER` header — Fluent Bit ``header_tag X-Fluent-Tag``; Fluentd

@@ -2,14 +2,16 @@
 turns HTTP into a call of :meth:`HttpEndpoint.receive` and its outcome back into HTTP.
 
 For one request the endpoint reads the body (with the route's reader, which refuses one over
-``max_body`` bytes as sent, :data:`MAX_BODY`), charges it to a :class:`~service.ingest.budget.Lease` of ``max_decompressed`` bytes
-against the process-wide budget, and decodes it off the event loop with the route's decoder
+``max_body`` bytes as sent, :data:`MAX_BODY`), charges it to a
+:class:`~service.ingest.budget.Lease` of ``max_decompressed`` bytes against the process-wide
+budget, and decodes it off the event loop with the route's decoder
 (:func:`~service.sources.http.body.decode_body`,
 :func:`~service.sources.http.otlp.decode_export`), which charges what it inflates and parses
 to the same lease; the lease goes back when decoding ends. The records then pass the
 endpoint's joiner, which holds the runtime chunks of an unfinished line (CRI ``P``) across
 requests, as the Forward server does: a line comes out when its closing chunk arrives,
-after :data:`IDLE_FLUSH_S` (with the next request), or at shutdown (:meth:`HttpEndpoint.flush`).
+after :data:`IDLE_FLUSH_S` (with the next request), or at shutdown
+(:meth:`HttpEndpoint.flush`).
 Collectors with ``multiline.parser docker, cri`` already send whole lines. What comes out is
 submitted to the sink, which returns once it is stored; when it fails, the joiner is put
 back as it was before the request, since the collector sends the whole body again.

@@ -1,4 +1,5 @@
-"""Consumer configuration of both Kafka client libraries, from :class:`~service.config.KafkaSettings`.
+"""Consumer configuration of both Kafka client libraries, from
+:class:`~service.config.KafkaSettings`.
 
 The one place where both libraries' key names meet (:data:`SECURITY_OPTIONS` lists each
 setting under both): :func:`kafka_python_config` gives ``KafkaConsumer`` keyword arguments,

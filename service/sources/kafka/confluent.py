@@ -1,11 +1,13 @@
-"""The confluent-kafka (librdkafka) backend of :class:`~service.sources.kafka.base.KafkaSourceBase`.
+"""The confluent-kafka (librdkafka) backend of
+:class:`~service.sources.kafka.base.KafkaSourceBase`.
 
 Selected by ``client: confluent-kafka`` (install the ``confluent`` extra). Same contract as the
 kafka-python backend: ``enable.auto.commit`` and ``enable.auto.offset.store`` off,
 ``consume(num_messages=max_poll_records)`` batches, ``commit(offsets=..., asynchronous=False)``
 only after the handler returned, ``on_assign`` / ``on_revoke`` / ``on_lost`` callbacks (served
 inside ``consume``/``close`` on the consuming thread, so the revoke callback can commit
-synchronously). Its librdkafka properties: :func:`~service.sources.kafka.client_config.confluent_config`.
+synchronously). Its librdkafka properties:
+:func:`~service.sources.kafka.client_config.confluent_config`.
 """
 
 from __future__ import annotations
