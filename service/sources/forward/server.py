@@ -208,7 +208,7 @@ class ForwardServer:
 
     def check_exposure(self) -> None:
         """Refuse to listen beyond loopback without a shared key unless allowed (as the
-        API refuses to start without a token, :func:`service.api.auth.check_auth_config`)."""
+        API refuses to start without a token, :func:`service.netguard.check_auth_config`)."""
         if self.shared_key is not None or is_loopback(self.host):
             return
         if not self.allow_unauthenticated:
