@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.classify.loader import build_classifier  # noqa: E402
 from service.classify.report import classify_records  # noqa: E402
-from service.ingest.files import read_file  # noqa: E402
+from service.sources.files import read_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 _REAL = (

@@ -164,7 +164,7 @@ def produce(bootstrap: str, topic: str, lines: int) -> tuple[float, int]:
 def consume(bootstrap: str, topic: str, lines: int, client: str, mode: str) -> dict[str, object]:
     """One run (in this process): consume ``lines`` records; the figures as a dict."""
     from service.config import KafkaSettings
-    from service.ingest.kafka_source import make_kafka_source
+    from service.sources.kafka.factory import make_kafka_source
 
     clf = None
     if mode == "classify":

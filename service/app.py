@@ -12,12 +12,10 @@ import asyncio
 import contextlib
 import logging
 import signal
-import ssl
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -32,12 +30,15 @@ from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.config import Settings
 from service.configcheck import ConfigError, load_checked, serve_problems
 from service.context import ServiceContext
-from service.ingest.forward import ForwardServer
-from service.ingest.kafka_source import make_kafka_source
 from service.netguard import check_auth_config, check_forward_config
 from service.notify.dispatcher import Dispatcher
 from service.pipeline import Pipeline
 from service.ratelog import loop_exception_handler
+from service.sources.base import SourceSettingsError
+from service.sources.forward.factory import forward_source
+from service.sources.forward.server import ForwardServer
+from service.sources.kafka.base import KafkaSourceBase
+from service.sources.kafka.factory import kafka_source
 from service.store import Store
 from service.store.identity import default_instance_id
 
@@ -69,7 +70,7 @@ class Service:
     ctx: ServiceContext
     dispatcher: Dispatcher
     forward: ForwardServer | None = None
-    kafka: Any | None = None
+    kafka: KafkaSourceBase | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _ticker: threading.Thread | None = None
 
@@ -148,7 +149,7 @@ def build(settings: Settings) -> Service:
         instance_id=ctx.instance_id,
         fleet=settings.fleet,
     )
-    ctx.pipeline = Pipeline(
+    pipeline = Pipeline(  # the sink every source hands its records to
         store,
         classifier,
         router=dispatcher.router,
@@ -156,50 +157,13 @@ def build(settings: Settings) -> Service:
         max_streams=settings.streams.max_in_memory,
         idle_evict_s=settings.streams.idle_evict_s,
     )
-    svc = Service(ctx=ctx, dispatcher=dispatcher)
-    fwd = settings.sources.forward
-    if fwd is not None:
-        tls = None
-        if fwd.tls_cert:
-            tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-            try:
-                tls.load_cert_chain(fwd.tls_cert, fwd.tls_key)
-            except (OSError, ssl.SSLError) as exc:
-                raise ConfigError(
-                    [
-                        f"sources.forward.tls_cert / tls_key: cannot load: "
-                        f"{getattr(exc, 'strerror', None) or exc}"
-                    ]
-                ) from None
-        pipeline = ctx.pipeline
-
-        async def sink(records: list, chunk_id: str | None) -> bool:
-            # a resent chunk (its ack was lost) is acked again, not applied twice
-            return await pipeline.submit(records, source="forward", chunk_id=chunk_id)
-
-        svc.forward = ForwardServer(
-            sink,
-            fwd.host,
-            fwd.port,
-            shared_key=fwd.shared_key,
-            tls=tls,
-            self_hostname=fwd.self_hostname,
-            chunk_ids=True,
-            max_message_bytes=fwd.max_message_bytes,
-            max_connections=fwd.max_connections,
-            idle_timeout=fwd.idle_timeout_s,
-            max_pending_bytes=fwd.max_pending_bytes,
-            allow_unauthenticated=fwd.allow_unauthenticated,
-        )
-    if settings.sources.kafka is not None:
-        pipeline = ctx.pipeline
-        svc.kafka = make_kafka_source(
-            settings.sources.kafka,
-            lambda records: pipeline.process(records, source="kafka"),
-            on_revoked=pipeline.on_partitions_revoked,
-            on_assigned=pipeline.on_partitions_assigned,
-            fmt=settings.sources.kafka.format,
-        )
+    ctx.pipeline = pipeline
+    try:  # the sources, not started; the HTTP ones are the API's routes (sources.http)
+        forward = forward_source(settings.sources.forward, pipeline)
+    except SourceSettingsError as exc:
+        raise ConfigError(exc.problems) from None
+    kafka = kafka_source(settings.sources.kafka, pipeline)
+    svc = Service(ctx=ctx, dispatcher=dispatcher, forward=forward, kafka=kafka)
     ctx.extra["service"] = svc
     return svc
 

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import msgpack  # noqa: E402
 
 from service.ingest.envelope import decode_line  # noqa: E402
-from service.ingest.files import read_file  # noqa: E402
-from service.ingest.http_body import decode_http_body  # noqa: E402
-from service.ingest.kafka_value import decode_kafka_value  # noqa: E402
+from service.sources.files import read_file  # noqa: E402
+from service.sources.http.body import decode_http_body  # noqa: E402
+from service.sources.kafka.value import decode_kafka_value  # noqa: E402
 from tests.ingest_samples import (  # noqa: E402
     COLOURED,
     ENGINE_FAILED,

@@ -38,7 +38,7 @@ REAL = ROOT / "tests" / "fixtures" / "real"
 CORPUS = ROOT / "tests" / "corpus" / "cases"
 SENTINEL_BIN = ROOT / ".venv" / "bin" / "vllm-sentinel"
 
-# Tansu group timing (see service/ingest/kafka_source.py): join ~1 s, takeover ~2-3 s.
+# Tansu group timing (see service/sources/kafka/client_config.py): join ~1 s, takeover ~2-3 s.
 FAST_KAFKA = {
     "session_timeout_ms": 2000,
     "max_poll_interval_ms": 5000,
@@ -97,7 +97,7 @@ def kubernetes_map(
 def log_lines(path: Path | str) -> list[tuple[float | None, str, str]]:
     """(time, fd, text) of each whole line of a real log (CRI, Docker or raw; runtime chunks
     joined, as Fluent Bit's docker/cri multiline parsers do)."""
-    from service.ingest.files import read_files
+    from service.sources.files import read_files
 
     return [(r.time, r.meta.get("fd") or "stdout", r.text) for r in read_files([str(path)])]
 
@@ -222,7 +222,7 @@ class Expected:
         cls, messages: Iterable[tuple[bytes | None, bytes | None]], use_model: bool = True
     ) -> Expected:
         from service.classify.loader import build_classifier
-        from service.ingest.kafka_value import decode_kafka_value
+        from service.sources.kafka.value import decode_kafka_value
 
         clf = build_classifier(use_model=use_model)
         exp = cls()

@@ -17,8 +17,8 @@ import sys
 
 import uvicorn
 
-from service.ingest.forward import ACCEPT_ERRORS, ForwardServer
 from service.ratelog import loop_exception_handler
+from service.sources.forward.server import ACCEPT_ERRORS, ForwardServer
 
 FD_LIMIT = 256
 

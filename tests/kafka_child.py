@@ -16,8 +16,8 @@ import sys
 import time
 
 from service.config import KafkaSettings
-from service.ingest.kafka_source import make_kafka_source
 from service.records import LogRecord
+from service.sources.kafka.factory import make_kafka_source
 
 
 def main() -> int:

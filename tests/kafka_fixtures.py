@@ -27,7 +27,7 @@ from service.config import KafkaSettings
 ROOT = Path(__file__).resolve().parents[1]
 TANSU = ROOT / "scripts" / "tansu.py"
 
-# Fast group membership on Tansu (see service/ingest/kafka_source.py): join ~1 s, rebalance ~2 s.
+# Fast group membership on Tansu (see service/sources/kafka/client_config.py): join ~1 s, rebalance ~2 s.
 SESSION_TIMEOUT_MS = 2000
 HEARTBEAT_MS = 500
 MAX_POLL_INTERVAL_MS = 5000

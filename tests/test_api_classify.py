@@ -17,7 +17,7 @@ from service.classify.engine import Classifier
 from service.classify.novelty import NoveltyDetector
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
-from service.ingest.files import read_file
+from service.sources.files import read_file
 from tests.api_support import CORPUS, REAL, close_context, label, make_context
 
 # Real vLLM CPU captures (labels in tests/corpus/cases/real-cpu-<name>.json)

@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 from service.api import create_app
 from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
+from service.sources.http.endpoint import HttpEndpoint, endpoint_of
 from tests.api_support import (
     REAL,
     WRITE,
@@ -49,6 +50,11 @@ def ctx(tmp_path: Path, rb: RuleBook) -> Iterator:
 def client(ctx) -> Iterator[TestClient]:
     with TestClient(create_app(ctx)) as c:
         yield c
+
+
+def http_endpoint(client: TestClient) -> HttpEndpoint:
+    """The app's ``POST /ingest`` endpoint, whose limits a test lowers."""
+    return endpoint_of(client.app.state, ingest_route.SOURCE)
 
 
 def critical(client: TestClient, **params: str) -> list[dict]:
@@ -200,8 +206,8 @@ def test_unsupported_content_encoding_is_415(client: TestClient) -> None:
 
 
 def test_over_the_size_limit_is_413(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_route, "MAX_BODY", 1000)
-    monkeypatch.setattr(ingest_route, "MAX_DECOMPRESSED", 5000)
+    monkeypatch.setattr(http_endpoint(client), "max_body", 1000)
+    monkeypatch.setattr(http_endpoint(client), "max_decompressed", 5000)
     big = json_array(fluentbit_records(KV, kube("ns", "big")))
     assert post(client, big, "application/json").status_code == 413
     # streamed without Content-Length

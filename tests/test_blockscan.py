@@ -14,7 +14,7 @@ from service.classify.loader import build_classifier
 from service.classify.report import classify_paths, classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.envelope import Format
-from service.ingest.files import read_files
+from service.sources.files import read_files
 
 ROOT = Path(__file__).resolve().parents[1]
 LOGS = sorted(

@@ -10,7 +10,7 @@ import pytest
 from service.classify.engine import Classifier
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
-from service.ingest.files import read_file
+from service.sources.files import read_file
 from tests.conftest import CORPUS
 
 RB = RuleBook()

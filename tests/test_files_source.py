@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.ingest.files import read_file, read_files
 from service.ingest.timestamps import parse_rfc3339
+from service.sources.files import read_file, read_files
 from tests.ingest_samples import (
     CONTAINER_ID,
     ENGINE_FAILED,
@@ -137,7 +137,7 @@ def test_oversize_line_is_cut_and_the_rest_skipped(tmp_path):
 
 
 def test_oversize_line_spanning_many_blocks_does_not_accumulate(tmp_path, monkeypatch):
-    monkeypatch.setattr("service.ingest.files._BLOCK", 64)
+    monkeypatch.setattr("service.sources.files._BLOCK", 64)
     path = tmp_path / "huge.log"
     path.write_bytes(b"b" * 10_000 + b"\nafter\n")
     assert [r.text for r in read_file(str(path), max_line=100)] == ["b" * 100, "after"]

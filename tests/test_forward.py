@@ -21,9 +21,10 @@ from fluent.sender import FluentSender
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.ingest.forward import ForwardServer, _DropConnection, tls_context
 from service.ingest.msgpack_events import new_unpacker
 from service.records import LogRecord
+from service.sources.forward.messages import DropConnection
+from service.sources.forward.server import ForwardServer, tls_context
 from tests.ingest_samples import (
     CONTAINER_ID,
     ENGINE_FAILED,
@@ -430,12 +431,12 @@ def test_truncated_frame_then_disconnect_yields_nothing():
 @given(st.binary(max_size=2000))
 def test_any_bytes_fed_to_a_connection_never_raise(data):
     server = ForwardServer(Sink(), max_message_bytes=1024)
-    unpacker = new_unpacker(server.max_message_bytes)
+    unpacker = new_unpacker(server.decoder.max_message_bytes)
     try:
-        server._feed(unpacker, data)
-    except _DropConnection:
+        server.decoder.feed(unpacker, data)
+    except DropConnection:
         return
-    records, acks, _healthy = server._drain(unpacker)
+    records, acks, _healthy = server.decoder.drain(unpacker)
     for rec in records:
         rec.text.encode("utf-8")
 
@@ -477,10 +478,10 @@ msgpack_values = st.recursive(
 @given(st.lists(msgpack_values, max_size=4), st.sampled_from([TAG, "", "x"]))
 def test_any_well_formed_message_never_raises(body, tag):
     server = ForwardServer(Sink())
-    unpacker = new_unpacker(server.max_message_bytes)
+    unpacker = new_unpacker(server.decoder.max_message_bytes)
     for message in ([tag, *body], body):
-        server._feed(unpacker, msgpack.packb(message))
-        records, _acks, healthy = server._drain(unpacker)
+        server.decoder.feed(unpacker, msgpack.packb(message))
+        records, _acks, healthy = server.decoder.drain(unpacker)
         assert healthy
         for rec in records:
             rec.text.encode("utf-8")
@@ -660,11 +661,11 @@ def test_a_frame_split_anywhere_decodes_once_complete(data):
     frame = packed_message()
     cut = data.draw(st.integers(1, len(frame) - 1))
     server = ForwardServer(Sink())
-    unpacker = new_unpacker(server.max_message_bytes)
-    server._feed(unpacker, frame[:cut])
-    assert server._drain(unpacker) == ([], [], True)  # waits for the rest
-    server._feed(unpacker, frame[cut:])
-    records, acks, healthy = server._drain(unpacker)
+    unpacker = new_unpacker(server.decoder.max_message_bytes)
+    server.decoder.feed(unpacker, frame[:cut])
+    assert server.decoder.drain(unpacker) == ([], [], True)  # waits for the rest
+    server.decoder.feed(unpacker, frame[cut:])
+    records, acks, healthy = server.decoder.drain(unpacker)
     assert healthy and acks == ["k"]
     assert [r.text for r in records] == [ROUTES, STARTUP, KV_CACHE]
 
@@ -673,10 +674,10 @@ def test_a_frame_split_anywhere_decodes_once_complete(data):
 @given(st.binary(max_size=200))
 def test_junk_after_good_frames_is_counted_once_and_the_good_ones_kept(junk):
     server = ForwardServer(Sink())
-    unpacker = new_unpacker(server.max_message_bytes)
+    unpacker = new_unpacker(server.decoder.max_message_bytes)
     before = rejects("forward", "bad_msgpack")
-    server._feed(unpacker, packed_message() + b"\xc1" + junk)  # 0xc1: never valid msgpack
-    records, acks, healthy = server._drain(unpacker)
+    server.decoder.feed(unpacker, packed_message() + b"\xc1" + junk)  # 0xc1: never valid msgpack
+    records, acks, healthy = server.decoder.drain(unpacker)
     assert not healthy and acks == ["k"] and len(records) == 3
     assert rejects("forward", "bad_msgpack") == before + 1
 
@@ -728,3 +729,32 @@ def test_chunk_ids_resent_chunk_is_acked_not_applied_and_neighbours_are_kept():
     # the resent chunk's partial piece was dropped: the line is joined from one copy
     assert texts.count("a" * 10 + "b" * 10) == 1
     assert texts.count(ROUTES) == 2  # offered twice, refused by the sink the second time
+
+
+def test_chunk_ids_unfinished_lines_reach_the_sink_after_the_timeout_and_at_stop():
+    """With ``chunk_ids=True`` (the service's sink takes ``(records, chunk_id)``), a line
+    whose closing chunk never came is handed over with ``chunk_id`` None: after
+    ``partial_timeout``, and at :meth:`ForwardServer.stop`, which returns normally."""
+    calls: list[tuple[list[str], str | None]] = []
+
+    async def sink(records: list[LogRecord], chunk_id: str | None) -> bool:
+        calls.append(([r.text for r in records], chunk_id))
+        return True
+
+    def chunk(text: str) -> dict[str, str]:
+        return {"time": "2026-07-27T10:11:12.1Z", "stream": "stdout", "_p": "P", "log": text}
+
+    async def main() -> None:
+        server = ForwardServer(sink, port=0, chunk_ids=True, partial_timeout=0.2)
+        await server.start()
+        client = await Client.connect(server)
+        await client.send([TAG, [[T0, chunk("a" * 10)]], {"chunk": "c1"}])
+        assert await client.receive() == {"ack": "c1"}
+        await until(lambda: (["a" * 10], None) in calls)  # flushed once idle
+        await client.send(["other", [[T0, chunk("b" * 10)]], {"chunk": "c2"}])
+        assert await client.receive() == {"ack": "c2"}
+        await client.close()
+        await server.stop()  # holds "b" * 10 unfinished: handed over, no TypeError
+
+    asyncio.run(main())
+    assert calls[-1] == (["b" * 10], None)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.ingest.http_body import TAG_HEADER, decode_http_body
 from service.ingest.lines import PARTIAL
+from service.sources.http.body import TAG_HEADER, decode_http_body
 from tests.ingest_samples import (
     CONTAINER_ID,
     CRI_EPOCH,

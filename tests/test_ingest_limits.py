@@ -23,8 +23,9 @@ from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
 from service.config import ApiSettings, Settings
 from service.ingest.budget import DECOMPRESSED, Lease
-from service.ingest.http_body import MAX_TAG
 from service.netguard import InsecureConfigError, check_auth_config
+from service.sources.http.endpoint import HttpEndpoint, endpoint_of
+from service.sources.limits import MAX_TAG
 from tests.api_support import REAL, WRITE, close_context, fluentbit_records, kube, make_context
 from tests.ingest_samples import rejects
 
@@ -48,6 +49,11 @@ def ctx(tmp_path: Path, rb: RuleBook) -> Iterator:
 def client(ctx) -> Iterator[TestClient]:
     with TestClient(create_app(ctx)) as c:
         yield c
+
+
+def http_endpoint(client: TestClient) -> HttpEndpoint:
+    """The app's ``POST /ingest`` endpoint, whose limits a test lowers."""
+    return endpoint_of(client.app.state, ingest_route.SOURCE)
 
 
 def post(
@@ -76,7 +82,7 @@ def test_a_gzip_bomb_is_refused_while_inflating_with_bounded_memory(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     limit = 4 * MiB
-    monkeypatch.setattr(ingest_route, "MAX_DECOMPRESSED", limit)
+    monkeypatch.setattr(http_endpoint(client), "max_decompressed", limit)
     body = bomb(40)
     assert len(body) < 64 * 1024 and len(gzip.decompress(body)) > 10 * limit
     before = rejects("http", "decompressed_too_large")
@@ -100,7 +106,7 @@ def test_a_gzip_bomb_is_refused_while_inflating_with_bounded_memory(
 def test_a_body_within_the_limit_still_inflates(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_route, "MAX_DECOMPRESSED", 4 * MiB)
+    monkeypatch.setattr(http_endpoint(client), "max_decompressed", 4 * MiB)
     records = fluentbit_records(KV, kube("ns", "gz"))
     body = gzip.compress(json.dumps(records).encode())
     r = post(client, body, **{"Content-Encoding": "gzip"})

@@ -20,16 +20,14 @@ import msgpack
 import pytest
 
 from service.config import KafkaSettings
-from service.ingest.confluent_source import ConfluentKafkaSource, confluent_config
-from service.ingest.kafka_source import (
-    KafkaSource,
-    KafkaSourceBase,
-    Partition,
-    kafka_python_config,
-    make_kafka_source,
-)
 from service.metrics import REGISTRY
 from service.records import LogRecord
+from service.sources.kafka.base import KafkaSourceBase
+from service.sources.kafka.client_config import confluent_config, kafka_python_config
+from service.sources.kafka.confluent import ConfluentKafkaSource
+from service.sources.kafka.factory import make_kafka_source
+from service.sources.kafka.kafka_python import KafkaSource
+from service.sources.kafka.partition import Partition
 from tests.ingest_samples import (
     CONTAINER_ID,
     CONTAINER_ID_2,

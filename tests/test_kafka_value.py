@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.ingest.kafka_value import decode_kafka_value
 from service.ingest.lines import PARTIAL
+from service.sources.kafka.value import decode_kafka_value
 from tests.ingest_samples import (
     CONTAINER_ID,
     CRI_EPOCH,

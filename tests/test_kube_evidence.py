@@ -21,10 +21,10 @@ from service.classify.engine import Classifier
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.envelope import decode_line, decode_record
-from service.ingest.files import read_file, read_files
-from service.ingest.forward import ForwardServer
-from service.ingest.kafka_value import decode_kafka_value
 from service.records import LogRecord
+from service.sources.files import read_file, read_files
+from service.sources.forward.server import ForwardServer
+from service.sources.kafka.value import decode_kafka_value
 
 ROOT = Path(__file__).resolve().parents[1]
 KUBE = ROOT / "tests" / "fixtures" / "kubernetes"

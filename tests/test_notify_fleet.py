@@ -20,11 +20,11 @@ from sqlalchemy import select
 from service.api.app import create_app
 from service.config import FleetSettings, NotifySettings, ReceiverSettings, Settings
 from service.context import ServiceContext
-from service.ingest.files import read_files
 from service.notify.dispatcher import Dispatcher
 from service.notify.webhook import verify_signature
 from service.pipeline import Pipeline
 from service.records import LogRecord
+from service.sources.files import read_files
 from service.store import Store
 from service.store.schema import deliveries, incidents, outbox
 from tests.receiver import Receiver

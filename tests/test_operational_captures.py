@@ -28,7 +28,7 @@ from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
 from service.cli import main
-from service.ingest.files import read_files
+from service.sources.files import read_files
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 LOOP = "restart-loop-kv-cache"

@@ -26,7 +26,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 from service.api import create_app
 from service.classify.rulebook import RuleBook
-from service.ingest.otlp import decode_export
+from service.sources.http.otlp import decode_export
 from tests.api_support import WRITE, WRITE_TOKEN, close_context, make_context
 from tests.e2e_support import REAL, Sentinel, free_port, service_config, wait_until
 
@@ -202,7 +202,7 @@ def test_refusals(client: TestClient) -> None:
 
 
 def test_record_cap() -> None:
-    from service.ingest.http_body import BodyRefused
+    from service.sources.http.body import BodyRefused
 
     with pytest.raises(BodyRefused) as exc:
         decode_export(

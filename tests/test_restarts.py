@@ -20,9 +20,9 @@ from service.classify.engine import Change, Classifier
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.stream_state import StreamState
-from service.ingest.files import read_files
 from service.ingest.kube import kube_records
 from service.records import LogRecord
+from service.sources.files import read_files
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 RB = RuleBook()

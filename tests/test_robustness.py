@@ -11,9 +11,9 @@ from service import metrics
 from service.classify.engine import Classifier
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
-from service.ingest.files import read_file
 from service.parse.line import parse_line
 from service.records import LogRecord
+from service.sources.files import read_file
 
 RB = RuleBook()
 VLLMISH = st.sampled_from(

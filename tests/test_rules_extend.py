@@ -16,8 +16,8 @@ from service.classify.report import classify_records
 from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 from service.cli import main
 from service.config import Settings
-from service.ingest.files import read_file
 from service.records import LogRecord
+from service.sources.files import read_file
 
 ROOT = Path(__file__).resolve().parents[1]
 KV = ROOT / "tests" / "fixtures" / "real" / "kv-cache-too-small.log"

@@ -22,9 +22,9 @@ from sqlalchemy import func, select, text
 from service.classify.engine import Classifier
 from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
-from service.ingest.files import read_files
 from service.pipeline import Pipeline
 from service.records import LogRecord
+from service.sources.files import read_files
 from service.store import Store
 from service.store.migrate import current_revision, head_revision
 from service.store.schema import outbox

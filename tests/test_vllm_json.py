@@ -22,13 +22,13 @@ from service.classify.report import classify_paths, classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.container_lines import split_cri
 from service.ingest.envelope import Format, decode_line, decode_record
-from service.ingest.files import read_file
-from service.ingest.forward import ForwardServer
 from service.ingest.joiner import Joiner
-from service.ingest.kafka_value import decode_kafka_value
 from service.ingest.vllm_json import is_vllm_json, vllm_json_lines
 from service.parse.line import UVICORN, VLLM, parse_line
 from service.records import LogRecord
+from service.sources.files import read_file
+from service.sources.forward.server import ForwardServer
+from service.sources.kafka.value import decode_kafka_value
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT = ROOT / "tests" / "fixtures" / "real"

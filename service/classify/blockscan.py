@@ -15,7 +15,7 @@ selects, and it selects exactly what the per-line path would have looked at:
 
 Raw text and CRI files (the container runtime's format) take this path; anything else
 (JSON envelopes, gzip, stdin, a CRI partial line, invalid UTF-8 or NUL bytes in a block)
-goes line by line through the same decoder as :func:`service.ingest.files.read_file`.
+goes line by line through the same decoder as :func:`service.sources.files.read_file`.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from service.classify.incident import MAX_EVIDENCE, Incident
 from service.classify.stream_state import STARTING
 from service.ingest.container_lines import split_cri
 from service.ingest.envelope import MAX_LINE, Format, decode_line
-from service.ingest.files import salvage_line
 from service.ingest.fluent_record import stream_key
 from service.ingest.runtime_paths import path_meta
 from service.ingest.timestamps import line_time
 from service.parse.line import EMPTY, parse_line
 from service.records import LogRecord
+from service.sources.files import salvage_line
 
 BLOCK = 4 << 20  # bytes read at a time
 WINDOW = 64 << 10  # characters a starting stream's scan looks at per call

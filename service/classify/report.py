@@ -11,9 +11,9 @@ from service.classify.engine import Change, Classifier
 from service.classify.incident import Incident
 from service.classify.stream_state import STARTING
 from service.ingest.envelope import Format
-from service.ingest.files import read_files
 from service.ingest.timestamps import line_time
 from service.records import LogRecord
+from service.sources.files import read_files
 
 
 def order_incidents(incidents: Iterable[Incident]) -> list[Incident]:

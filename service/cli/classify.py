@@ -105,7 +105,7 @@ def _unreadable(path: str) -> str | None:
 
 def _physical_lines(path: str) -> int:
     """Non-empty lines of a file (gzip read through), for the format-override check."""
-    from service.ingest.files import read_file
+    from service.sources.files import read_file
 
     return sum(1 for _ in read_file(path, fmt="raw", join=False))
 

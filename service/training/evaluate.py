@@ -16,7 +16,7 @@ from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
-from service.ingest.files import read_file
+from service.sources.files import read_file
 
 MODES = ("signatures", "model", "hybrid")
 

@@ -24,7 +24,7 @@ from service.classify.novelty import NoveltyDetector
 from service.classify.report import classify_records
 from service.context import ServiceContext
 from service.ingest.compression import GZIP_MAGIC, gunzip
-from service.ingest.files import read_file
+from service.sources.files import read_file
 
 router = APIRouter(tags=["classify"])
 MAX_BODY = 20 * MiB

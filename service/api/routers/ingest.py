@@ -5,56 +5,36 @@ Fluentd NDJSON, ``json_stream``, ``text/plain`` lines; ``Content-Encoding: gzip`
 (stream-key fallback and Kubernetes metadata from a kubelet path) comes from the
 ``X-Fluent-Tag`` header (Fluent Bit ``header_tag X-Fluent-Tag``) or ``?tag=``.
 
-The answer is sent only after :meth:`Pipeline.submit` returned, i.e. after the batch is
-stored durably: ``200`` with counts, ``204`` when the body held nothing to store (e.g. only
+HTTP only: the body is decoded, joined and stored by
+:class:`~service.sources.http.endpoint.HttpEndpoint` (decoding:
+:mod:`service.sources.http.body`). The answer is sent only after the batch is stored
+durably: ``200`` with counts, ``204`` when the body held nothing to store (e.g. only
 event-group markers), ``400`` when nothing in it could be decoded or the tag is longer than
 ``MAX_TAG``, ``413`` over the size limit (as sent, once inflated, or more than
 ``MAX_RECORDS`` records), ``415`` for a media type or encoding we do not decode (or no
 ``Content-Type`` on a body that is neither JSON nor msgpack), ``503`` when the pipeline
 could not store it or the process-wide decompression budget is in use (the collector
-retries). Bodies and their inflated bytes are charged to that budget while they are decoded
-(:mod:`service.ingest.budget`); every refusal is counted and logged at a bounded rate. Runtime chunks
-of an unfinished line (CRI ``P``) are held by one joiner across requests, as the forward
-server does, and flushed when the closing chunk arrives, after ``IDLE_FLUSH_S``, or at
-shutdown; collectors with ``multiline.parser docker, cri`` already send whole lines.
+retries). Every refusal is counted and logged at a bounded rate.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import logging
-from typing import Annotated
+from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from service.api.auth import WriteAuth
-from service.api.body import MiB, read_body, too_large
+from service.api.body import read_body, too_large
 from service.api.deps import PipelineDep
 from service.api.schemas import IngestResult
-from service.ingest.budget import BudgetExhausted, Lease
-from service.ingest.http_body import (
-    MAX_DECOMPRESSED_BYTES,
-    MAX_RECORDS,
-    TAG_HEADER,
-    BodyRefused,
-    check_media,
-    check_tag,
-    decode_body,
-)
-from service.ingest.joiner import Joiner
-from service.ratelog import RateLimitedLog, reject
-from service.records import LogRecord
+from service.sources.http.body import TAG_HEADER, BodyRefused, check_media, check_tag, decode_body
+from service.sources.http.endpoint import NotStored, endpoint_of, flush_endpoint
+from service.sources.limits import MAX_RECORDS
 
-log = logging.getLogger("vllm_sentinel.api")
 router = APIRouter(tags=["ingest"])
 SOURCE = "http"
-MAX_BODY = 32 * MiB  # as sent (compressed); Fluent Bit chunks are a few MiB at most
-MAX_DECOMPRESSED = MAX_DECOMPRESSED_BYTES  # one body once inflated (64 MiB)
-IDLE_FLUSH_S = 30.0
-_store_log = RateLimitedLog(log)
 
 _OPENAPI_BODY = {
     "requestBody": {
@@ -82,20 +62,6 @@ _OPENAPI_BODY = {
 }
 
 
-def joiner_of(request: Request) -> Joiner:
-    state = request.app.state
-    if getattr(state, "http_joiner", None) is None:
-        state.http_joiner = Joiner(source=SOURCE)
-    return state.http_joiner
-
-
-def chunk_id_of(idempotency_key: str | None) -> str | None:
-    """A client-given idempotency key, namespaced; Fluent Bit and Fluentd send none."""
-    if not idempotency_key:
-        return None
-    return "http:" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
-
-
 @router.post(
     "/ingest",
     dependencies=[WriteAuth],
@@ -121,87 +87,58 @@ async def ingest(
     content_encoding: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header()] = None,
 ) -> Response:
-    try:  # refuse what we can before reading the body
-        check_tag(x_fluent_tag, SOURCE)
+    endpoint = endpoint_of(request.app.state, SOURCE)
+    try:
+        check_tag(x_fluent_tag, SOURCE)  # refuse what we can before reading the body
         check_tag(tag, SOURCE)
         check_media(content_type, SOURCE)
-    except BodyRefused as exc:
-        raise _refused(exc) from None
-    body = await read_body(request, MAX_BODY)
-    lease = Lease(MAX_DECOMPRESSED)
-    try:
-        lease.hold(len(body))
-        decode = functools.partial(
-            decode_body,
-            body,
-            content_type,
-            content_encoding,
-            x_fluent_tag or tag,
-            lease=lease,
-            max_records=MAX_RECORDS,
-            source=SOURCE,
+        received = await endpoint.receive(
+            pipeline,
+            functools.partial(read_body, request, endpoint.max_body),
+            functools.partial(
+                decode_body,
+                content_type=content_type,
+                content_encoding=content_encoding,
+                tag=x_fluent_tag or tag,
+                max_records=MAX_RECORDS,
+                source=SOURCE,
+            ),
+            idempotency_key,
         )
-        del body  # only the decoder holds it now
-        records, rejected = await anyio.to_thread.run_sync(decode)
-        del decode
-    except BudgetExhausted as exc:
-        reject(SOURCE, "memory_budget", str(exc))
-        raise _refused(BodyRefused(503, "memory_budget", str(exc))) from None
     except BodyRefused as exc:
-        raise _refused(exc) from None
-    finally:
-        lease.release()
-    joiner = joiner_of(request)
-    records = joiner.feed(records) + joiner.flush_idle(IDLE_FLUSH_S)
-    if not records:
-        if rejected:
+        raise _refused(exc, endpoint.max_decompressed) from None
+    except NotStored as exc:
+        raise HTTPException(
+            status_code=503, detail=str(exc), headers={"Retry-After": "5"}
+        ) from None
+    if not received.accepted:
+        if received.rejected:
             raise HTTPException(
                 status_code=400,
                 detail={
                     "message": "nothing decodable in the body",
                     "accepted": 0,
-                    "rejected": rejected,
+                    "rejected": received.rejected,
                 },
             )
         return Response(status_code=204)
-    await submit(pipeline, records, chunk_id_of(idempotency_key))
-    return JSONResponse(IngestResult(accepted=len(records), rejected=rejected).model_dump())
+    result = IngestResult(accepted=received.accepted, rejected=received.rejected)
+    return JSONResponse(result.model_dump())
 
 
-def _refused(exc: BodyRefused) -> HTTPException:
+def _refused(exc: BodyRefused, max_decompressed: int) -> HTTPException:
     """The HTTP answer to a body refused as a whole (already counted and logged)."""
     if exc.status == 400 and exc.reason == "bad_gzip":
         return HTTPException(
             status_code=400, detail={"message": exc.message, "accepted": 0, "rejected": 1}
         )
     if exc.status == 413 and exc.reason == "decompressed_too_large":
-        return too_large(MAX_DECOMPRESSED)
+        return too_large(max_decompressed)
     if exc.status == 503:
         return HTTPException(status_code=503, detail=exc.message, headers={"Retry-After": "5"})
     return HTTPException(status_code=exc.status, detail=exc.message)
 
 
-async def submit(pipeline: object, records: list[LogRecord], chunk_id: str | None) -> None:
-    try:
-        await pipeline.submit(records, source=SOURCE, chunk_id=chunk_id)  # type: ignore[attr-defined]
-    except Exception as exc:
-        _store_log.error(
-            "pipeline_refused",
-            "ingest: pipeline refused a batch of %d records",
-            len(records),
-            exc_info=True,
-        )
-        raise HTTPException(
-            status_code=503,
-            detail=f"not stored, retry: {type(exc).__name__}",
-            headers={"Retry-After": "5"},
-        ) from None
-
-
-async def flush_joiner(app: object, pipeline: object) -> None:
+async def flush_joiner(app: Any, pipeline: Any) -> None:
     """Store the lines still held unfinished (at shutdown)."""
-    joiner = getattr(app.state, "http_joiner", None)  # type: ignore[attr-defined]
-    if joiner is not None and pipeline is not None:
-        rest = joiner.flush()
-        if rest:
-            await pipeline.submit(rest, source=SOURCE)  # type: ignore[attr-defined]
+    await flush_endpoint(app.state, SOURCE, pipeline)

@@ -1,11 +1,11 @@
 """``POST /v1/logs``: OpenTelemetry logs over OTLP/HTTP (the SDKs' ``OTLPLogExporter``, the
 Collector's ``otlphttp`` exporter), protobuf or JSON, optionally gzip.
 
-The same door as ``POST /ingest``: bearer token (``api.token``), body size limits (32 MiB
-as sent, 64 MiB once inflated, the parsed message charged as well, 100k log records),
-the process-wide decompression budget, the CRI chunk joiner and
-:meth:`Pipeline.submit` (the answer is sent once the batch is stored). Decoding:
-:mod:`service.ingest.otlp` (stream identity from the resource attributes).
+The same door as ``POST /ingest`` (:class:`~service.sources.http.endpoint.HttpEndpoint`):
+bearer token (``api.token``), body size limits (32 MiB as sent, 64 MiB once inflated, the
+parsed message charged as well, 100k log records), the process-wide decompression budget,
+the CRI chunk joiner and the sink (the answer is sent once the batch is stored). Decoding:
+:mod:`service.sources.http.otlp` (stream identity from the resource attributes).
 
 Answers follow the OTLP/HTTP specification, in the request's encoding: ``200`` with an
 ``ExportLogsServiceResponse`` (``partial_success.rejected_log_records`` for records without
@@ -17,28 +17,19 @@ a body); ``400`` (undecodable, not retried by exporters), ``413``, ``415``, and 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import logging
-from typing import Annotated
+from typing import Annotated, Any
 
-import anyio
 from fastapi import APIRouter, Header, HTTPException, Request, Response
 
 from service.api.auth import WriteAuth
 from service.api.body import read_body
 from service.api.deps import PipelineDep
-from service.api.routers.ingest import IDLE_FLUSH_S, MAX_BODY, MAX_DECOMPRESSED
-from service.ingest.budget import BudgetExhausted, Lease
-from service.ingest.http_body import BodyRefused
-from service.ingest.joiner import Joiner
-from service.ingest.otlp import SOURCE, decode_export, media, refuse
-from service.ratelog import RateLimitedLog
-from service.records import LogRecord
+from service.sources.http.body import BodyRefused
+from service.sources.http.endpoint import NotStored, endpoint_of, flush_endpoint
+from service.sources.http.otlp import SOURCE, decode_export, media, refuse
 
-log = logging.getLogger("vllm_sentinel.api")
 router = APIRouter(tags=["ingest"])
-_store_log = RateLimitedLog(log)
 PROTOBUF = "application/x-protobuf"
 # google.rpc.Code
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE = 3, 8, 14
@@ -80,13 +71,6 @@ _OPENAPI_BODY = {
         },
     }
 }
-
-
-def joiner_of(request: Request) -> Joiner:
-    state = request.app.state
-    if getattr(state, "otlp_joiner", None) is None:
-        state.otlp_joiner = Joiner(source=SOURCE)
-    return state.otlp_joiner
 
 
 def _varint(n: int) -> bytes:
@@ -179,55 +163,29 @@ async def export_logs(
                 f"Content-Type {content_type}",
             ),
         )
+    endpoint = endpoint_of(request.app.state, SOURCE)
     try:
-        body = await read_body(request, MAX_BODY)
-    except HTTPException as exc:  # 413 as sent, or a bad Content-Length
+        received = await endpoint.receive(
+            pipeline,
+            functools.partial(read_body, request, endpoint.max_body),
+            functools.partial(
+                decode_export, content_type=content_type, content_encoding=content_encoding
+            ),
+            idempotency_key,
+        )
+    except HTTPException as exc:  # from the reader: 413 as sent, or a bad Content-Length
         status = exc.status_code
         return _refused(
             kind, refuse(status, "too_large" if status == 413 else "bad_request", str(exc.detail))
         )
-    lease = Lease(MAX_DECOMPRESSED)
-    try:
-        lease.hold(len(body))
-        decode = functools.partial(decode_export, body, content_type, content_encoding, lease=lease)
-        del body
-        records, rejected = await anyio.to_thread.run_sync(decode)
-        del decode
-    except BudgetExhausted as exc:
-        return _refused(kind, refuse(503, "memory_budget", str(exc)))
     except BodyRefused as exc:
         return _refused(kind, exc)
-    finally:
-        lease.release()
-    joiner = joiner_of(request)
-    records = joiner.feed(records) + joiner.flush_idle(IDLE_FLUSH_S)
-    if records:
-        failed = await _submit(pipeline, records, idempotency_key)
-        if failed:
-            return _answer(kind, 503, failed, UNAVAILABLE, headers={"Retry-After": "5"})
+    except NotStored as exc:
+        return _answer(kind, 503, str(exc), UNAVAILABLE, headers={"Retry-After": "5"})
+    rejected = received.rejected
     return _answer(kind, 200, "log records without a body" if rejected else None, rejected=rejected)
 
 
-async def _submit(pipeline: object, records: list[LogRecord], key: str | None) -> str | None:
-    """None once stored, else why not."""
-    chunk_id = "otlp:" + hashlib.sha256(key.encode()).hexdigest()[:32] if key else None
-    try:
-        await pipeline.submit(records, source=SOURCE, chunk_id=chunk_id)  # type: ignore[attr-defined]
-    except Exception as exc:  # noqa: BLE001 - the exporter retries
-        _store_log.error(
-            "pipeline_refused",
-            "otlp: pipeline refused a batch of %d records",
-            len(records),
-            exc_info=True,
-        )
-        return f"not stored, retry: {type(exc).__name__}"
-    return None
-
-
-async def flush_joiner(app: object, pipeline: object) -> None:
+async def flush_joiner(app: Any, pipeline: Any) -> None:
     """Store the lines still held unfinished (at shutdown)."""
-    joiner = getattr(app.state, "otlp_joiner", None)  # type: ignore[attr-defined]
-    if joiner is not None and pipeline is not None:
-        rest = joiner.flush()
-        if rest:
-            await pipeline.submit(rest, source=SOURCE)  # type: ignore[attr-defined]
+    await flush_endpoint(app.state, SOURCE, pipeline)

@@ -17,11 +17,11 @@ Without a ``Content-Type`` the body is sniffed: JSON (``{``/``[``) and msgpack (
 array header) are decoded, anything else, or a sniffed body with nothing decodable in it, is
 refused (415), as is any other media type (``application/octet-stream``, ``image/png``,
 forms ...): junk is never taken for text lines.
-A body may expand to at most :data:`MAX_RECORDS` records, and a tag is at most
-:data:`MAX_TAG` characters. :func:`decode_body` raises :class:`BodyRefused` (with the HTTP
-status that fits) for a body refused as a whole; :func:`decode_http_body` turns that into
-``([], 1)``. Every refusal is counted in ``sentinel_rejects_total`` and logged at a bounded
-rate (:mod:`service.ratelog`).
+A body may expand to at most :data:`~service.sources.limits.MAX_RECORDS` records, and a tag
+is at most :data:`~service.sources.limits.MAX_TAG` characters. :func:`decode_body` raises
+:class:`BodyRefused` (with the HTTP status that fits) for a body refused as a whole;
+:func:`decode_http_body` turns that into ``([], 1)``. Every refusal is counted in
+``sentinel_rejects_total`` and logged at a bounded rate (:mod:`service.ratelog`).
 
 Neither collector puts the tag in the body. Convention: the tag travels in the
 :data:`TAG_HEADER` header — Fluent Bit ``header_tag X-Fluent-Tag``; Fluentd
@@ -46,13 +46,10 @@ from service.ingest.msgpack_events import split_event, unpack_all
 from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
+from service.sources.limits import MAX_RECORDS, MAX_TAG
 
 TAG_HEADER = "X-Fluent-Tag"
-# The longest tag a kubelet path can give: "kube.var.log.containers." + pod (253) + "_" +
-# namespace (63) + "_" + container (63) + "-" + container id (64) + ".log" = 474 characters.
-MAX_TAG = 512
 MAX_DECOMPRESSED_BYTES = 64 * MiB  # one body, once inflated
-MAX_RECORDS = 100_000  # records one body may expand to (a Fluent Bit chunk holds far fewer)
 _SCAN_JSON = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set by __init__
 _WHITESPACE = " \t\r\n"
 _SKIP_WS = re.compile(r"[ \t\r\n]*").match  # one character class: linear time

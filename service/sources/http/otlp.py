@@ -32,12 +32,13 @@ from service.ingest.budget import BudgetExhausted, Lease, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record
 from service.ingest.fluent_record import stream_key
-from service.ingest.http_body import MAX_DECOMPRESSED_BYTES, MAX_RECORDS, BodyRefused
 from service.ingest.json_text import parse_json
 from service.ingest.runtime_paths import path_meta
 from service.ingest.salvage import clean_text
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
+from service.sources.http.body import MAX_DECOMPRESSED_BYTES, BodyRefused
+from service.sources.limits import MAX_RECORDS
 
 SOURCE = "otlp"
 PROTOBUF_TYPES = frozenset(
@@ -139,7 +140,7 @@ def decode_export(
     finally:
         if own:
             lease.release()
-    refused.__traceback__ = None  # free the body and what was decoded now (see http_body)
+    refused.__traceback__ = None  # free the body and what was decoded now (see http/body.py)
     refused.__context__ = None
     raise refused
 

@@ -1,16 +1,13 @@
-"""The confluent-kafka (librdkafka) backend of :class:`~service.ingest.kafka_source.KafkaSourceBase`.
+"""The confluent-kafka (librdkafka) backend of
+:class:`~service.sources.kafka.base.KafkaSourceBase`.
 
 Selected by ``client: confluent-kafka`` (install the ``confluent`` extra). Same contract as the
 kafka-python backend: ``enable.auto.commit`` and ``enable.auto.offset.store`` off,
 ``consume(num_messages=max_poll_records)`` batches, ``commit(offsets=..., asynchronous=False)``
 only after the handler returned, ``on_assign`` / ``on_revoke`` / ``on_lost`` callbacks (served
 inside ``consume``/``close`` on the consuming thread, so the revoke callback can commit
-synchronously).
-
-``extra`` holds librdkafka properties (``fetch.wait.max.ms``, ``partition.assignment.strategy``
-...); underscores are read as dots, so ``heartbeat_interval_ms`` means ``heartbeat.interval.ms``
-and one ``extra`` can often serve both backends. librdkafka requires ``max.poll.interval.ms``
->= ``session.timeout.ms``; the smaller value is raised to match.
+synchronously). Its librdkafka properties:
+:func:`~service.sources.kafka.client_config.confluent_config`.
 """
 
 from __future__ import annotations
@@ -19,44 +16,16 @@ import logging
 from typing import Any
 
 from service.config import KafkaSettings
-from service.ingest.kafka_source import (
-    Handler,
-    KafkaSourceBase,
-    Message,
-    Partition,
-    PartitionCallback,
-    _describe,
-    default_client_id,
-    heartbeat_interval_ms,
-    security_options,
-)
+from service.sources.kafka.base import Handler, KafkaSourceBase, Message, PartitionCallback
+from service.sources.kafka.client_config import confluent_config
+from service.sources.kafka.partition import Partition, describe
 
 log = logging.getLogger(__name__)
 
 
-def confluent_config(settings: KafkaSettings) -> dict[str, Any]:
-    """librdkafka consumer properties for ``settings`` (``extra`` wins)."""
-    cfg: dict[str, Any] = {
-        "bootstrap.servers": settings.bootstrap,
-        "group.id": settings.group,
-        "client.id": default_client_id(),
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": settings.auto_offset_reset,
-        "session.timeout.ms": settings.session_timeout_ms,
-        "heartbeat.interval.ms": heartbeat_interval_ms(settings),
-        "max.poll.interval.ms": max(settings.max_poll_interval_ms, settings.session_timeout_ms),
-        "security.protocol": settings.security_protocol,
-    }
-    cfg.update(security_options(settings, librdkafka=True))
-    for key, value in settings.extra.items():
-        cfg[key.replace("_", ".")] = value
-    return cfg
-
-
 class ConfluentKafkaSource(KafkaSourceBase):
     """confluent-kafka backend; same constructor and behaviour as
-    :class:`~service.ingest.kafka_source.KafkaSource`."""
+    :class:`~service.sources.kafka.kafka_python.KafkaSource`."""
 
     client_name = "confluent-kafka"
 
@@ -103,7 +72,7 @@ class ConfluentKafkaSource(KafkaSourceBase):
             except Exception as exc:
                 log.warning(
                     "kafka(confluent-kafka): commit on revoke of %s failed: %s",
-                    _describe(targets),
+                    describe(targets),
                     exc,
                 )
         self._partitions_revoked(tps)
