@@ -297,7 +297,7 @@ def _pod(
                 f": {msg}" if msg else ""
             )
             t = to_epoch(term.get("finishedAt")) or to_epoch(time)
-            kube = {"kind": "status", "reason": reason, "id": tid}
+            kube: dict[str, Any] = {"kind": "status", "reason": reason, "id": tid}
             out.append(_record(ns, name, cname, text, t, _pos(position, out), meta, kube, node))
         state = _d(cs.get("state"))
         waiting = state.get("waiting")
