@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from service import metrics
-from service.classify.engine import Change, Classifier
-from service.classify.incident import Incident
+from service.classify.engine import Classifier
+from service.classify.incident import Change, Incident
 from service.classify.stream_state import STARTING, StreamState
 from service.records import LogRecord
 from service.store import (

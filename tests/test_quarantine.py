@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from service import metrics
-from service.classify.engine import Change, Classifier
+from service.classify.engine import Classifier
+from service.classify.incident import Change
 from service.classify.rulebook import RuleBook
 from service.pipeline import Pipeline
 from service.records import LogRecord

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from service.classify.engine import Change, Classifier
+from service.classify.engine import Classifier
+from service.classify.incident import Change
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.stream_state import StreamState

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import time
 
-from service.classify.engine import MAX_WORKLOADS, Classifier
+from service.classify.engine import Classifier
 from service.classify.rulebook import RuleBook
+from service.classify.workload import MAX_WORKLOADS, LastGood
 from service.pipeline import Pipeline
 from service.records import LogRecord
 from service.store import Store
@@ -82,8 +83,8 @@ def test_the_in_memory_cap_holds(store: Store) -> None:
 
 
 def test_last_good_facts_are_capped() -> None:
-    clf = Classifier(RB)
+    good = LastGood()
     for i in range(MAX_WORKLOADS + 3):
-        clf._remember_good(f"w{i}", {"image": "x"})
-    assert len(clf.last_good) == MAX_WORKLOADS and "w0" not in clf.last_good
-    assert f"w{MAX_WORKLOADS + 2}" in clf.last_good
+        good.remember(f"w{i}", {"image": "x"})
+    assert len(good.facts) == MAX_WORKLOADS and "w0" not in good.facts
+    assert f"w{MAX_WORKLOADS + 2}" in good.facts

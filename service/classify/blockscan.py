@@ -29,8 +29,8 @@ from typing import Any
 import ahocorasick
 
 from service import metrics
-from service.classify.engine import Change, Classifier
-from service.classify.incident import MAX_EVIDENCE, Incident
+from service.classify.engine import Classifier
+from service.classify.incident import MAX_EVIDENCE, Change, Incident
 from service.classify.stream_state import STARTING
 from service.ingest.envelope import MAX_LINE, Format, decode_line, split_cri, stream_key
 from service.ingest.files import salvage_line

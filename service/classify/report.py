@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from service.classify import blockscan
-from service.classify.engine import Change, Classifier
-from service.classify.incident import Incident
+from service.classify.engine import Classifier
+from service.classify.incident import Change, Incident
 from service.classify.stream_state import STARTING
 from service.ingest.envelope import Format
 from service.ingest.files import read_files

@@ -1,9 +1,12 @@
-"""Which workload a stream belongs to, and what changed since its last healthy start."""
+"""Which workload a stream belongs to, and what changed since its last healthy start (the
+facts of each workload's last good start: :class:`LastGood`)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+MAX_WORKLOADS = 100_000  # workloads remembered in memory (least recently seen go first)
 
 # Deployment pods: <name>-<replicaset hash>-<5 chars>; StatefulSet: <name>-<ordinal>;
 # LeaderWorkerSet workers: <name>-<group>-<worker>; Job pods: <name>-<5 chars>.
@@ -79,7 +82,9 @@ def restart_unit(stream: str, meta: dict[str, Any]) -> str | None:
     pod = meta.get("pod")
     if not pod:
         return None
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    labels = meta.get("labels")
+    if not isinstance(labels, dict):
+        labels = {}
     if _ORDINAL.match(str(pod)[:253]) and "pod-template-hash" not in labels:
         # StatefulSet / LeaderWorkerSet pods keep their name when replaced (the same stream,
         # a new container): another ordinal is another replica, never a replacement
@@ -97,3 +102,21 @@ def diff_facts(last_good: dict[str, str] | None, now: dict[str, str]) -> dict[st
         if a != b and (a is not None or b is not None):
             out[key] = [a, b]
     return out
+
+
+class LastGood:
+    """Workload (:func:`workload_key`) → facts of its last start that got ready, so a
+    failing start says what changed since; the least recently remembered go past
+    ``MAX_WORKLOADS``."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, dict[str, str]] = {}
+
+    def get(self, workload: str) -> dict[str, str] | None:
+        return self.facts.get(workload)
+
+    def remember(self, workload: str, facts: dict[str, str]) -> None:
+        self.facts.pop(workload, None)
+        self.facts[workload] = facts
+        while len(self.facts) > MAX_WORKLOADS:
+            del self.facts[next(iter(self.facts))]

@@ -4,8 +4,9 @@ preemptions, prefix cache hit rate stuck at 0 % while prompts are served. Never 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from service.classify.judgements.judgement import Judgement
 
 # V0: "... Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%, ..."
 # V1: "Engine 000: ... Running: 1 reqs, Waiting: 0 reqs[, Deferred: 0 reqs][, KV fetch: ...]
@@ -25,13 +26,6 @@ KV_HIGH_LINES = 3
 QUEUE_GROWING_LINES = 5
 QUEUE_MIN = 10
 HIT_ZERO_LINES = 6
-
-
-@dataclass(frozen=True, slots=True)
-class Judgement:
-    rule: str
-    category: str
-    detail: str
 
 
 def _pcts(values: list[float]) -> str:
