@@ -11,7 +11,7 @@ No FastAPI, Kafka or database here: the CLI, the service and the tests drive thi
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from service.classify import kube, runs
@@ -19,9 +19,9 @@ from service.classify.finding import Finding
 from service.classify.findings import Findings, NoveltyLike, TextModelLike
 from service.classify.incident import Change
 from service.classify.incident_book import IncidentBook
-from service.classify.judgements import checks, stalls
+from service.classify.judgements import checks
 from service.classify.judgements.judgement import Judgement
-from service.classify.restarts import CRASH_LOOP_ATTEMPTS, Restarts, RestartUnits
+from service.classify.restarts import Restarts, RestartUnits
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
 from service.classify.stream_state import (
@@ -38,14 +38,12 @@ from service.classify.workload import LastGood, workload_key
 from service.parse import line as L
 from service.records import LogRecord
 
-# a restart whose first finding says nothing definite (a cascade such as "EngineCore failed
-# to start", an unknown error) waits for its root cause this long before it is judged the
-# same failure again (the service's timer; offline: the end of the log)
-PENDING_MAX_S = 60.0
-
 
 class Classifier:
-    """Classifies many interleaved streams; one instance per process (not thread-safe)."""
+    """Classifies many interleaved streams; one instance per process (not thread-safe).
+
+    ``stall_deadlines`` and ``crash_loop_attempts`` (the settings) win over the rule book's
+    judgements when given."""
 
     def __init__(
         self,
@@ -54,15 +52,16 @@ class Classifier:
         novelty: NoveltyLike | None = None,
         state_loader: Callable[[str], StreamState | None] | None = None,
         clock: Callable[[], float] | None = None,
-        stall_deadlines: dict[str, float] | None = None,
-        crash_loop_attempts: int = CRASH_LOOP_ATTEMPTS,
+        stall_deadlines: Mapping[str, float] | None = None,
+        crash_loop_attempts: int | None = None,
     ) -> None:
         self.rules = rulebook or RuleBook()
         self.playbook = load_playbook(self.rules.rules_dir if rulebook else RULES_DIR)
         self.model = text_model
         self.state_loader = state_loader
         self.clock = clock  # service mode: ingestion time when a record carries none
-        self.stall_deadlines = stall_deadlines or stalls.DEFAULT_DEADLINES_S
+        self.judgements = self.rules.judgements
+        self.stall_deadlines = stall_deadlines or self.judgements.stalls.deadlines_s
         self.streams: dict[str, StreamState] = {}
         self.last_good = LastGood()  # workload → facts of its last good start (memory only)
         # restart unit (workload on a node) → its open failures, so a replacement pod's
@@ -70,8 +69,14 @@ class Classifier:
         self.units = RestartUnits()
         self.tracks = ProcessTracks()  # open tracebacks and findings frames may refine
         self.findings = Findings(self.rules, self.playbook, text_model, novelty)
-        self.restarts = Restarts(self.streams, self.units, self.playbook, crash_loop_attempts)
+        self.restarts = Restarts(
+            self.streams,
+            self.units,
+            self.playbook,
+            crash_loop_attempts or self.judgements.restarts.crash_loop_attempts,
+        )
         self.incidents = IncidentBook(self.rules, self.playbook, self.restarts)
+        self._gap_s = self.judgements.restarts.gap_s
         self.lines = 0
         self._prev_time: float | None = None  # time of the stream's line before this one
 
@@ -149,7 +154,9 @@ class Classifier:
         if st.stage == "serving" and not st.shutting_down:
             if "Avg prompt throughput" in text:  # steady state: a stats line
                 self._count(st, time)
-                self._judged(st, checks.serving_stats(st, text), time, changes)
+                self._judged(
+                    st, checks.serving_stats(st, text, self.judgements.serving), time, changes
+                )
                 return changes
             if not self.rules.worth_a_look(text):  # an access line with nothing that matters
                 self._count(st, time)
@@ -182,7 +189,9 @@ class Classifier:
             hits.run_start
             or (
                 looked_at
-                and runs.restart_signal(st, line, bool(hits.stages), time, self._prev_time)
+                and runs.restart_signal(
+                    st, line, bool(hits.stages), time, self._prev_time, self._gap_s
+                )
             )
         ) and runs.is_new_run(st):
             self._new_run(st, changes, time)
@@ -196,7 +205,12 @@ class Classifier:
             st.last_good_facts = dict(st.facts)
             self.last_good.remember(workload_key(st.key, st.meta), st.last_good_facts)
             self._resolve_passed(st, time, changes, ready=True)
-            self._judged(st, checks.startup(st, line), time, changes)
+            self._judged(
+                st,
+                checks.startup(st, line, self.judgements.prefix_caching.off_by_default),
+                time,
+                changes,
+            )
         if hits.serving and not st.shutting_down and st.status != SERVING:
             self._advance(st, "serving", time, changes)
             if st.status in (STARTING, READY):
@@ -210,9 +224,13 @@ class Classifier:
         for name, value in hits.facts:
             st.facts.setdefault(name, value)
         if hits.serving and "throughput" in line.message and not st.shutting_down:
-            self._judged(st, checks.serving_stats(st, line.text), time, changes)
+            stats = checks.serving_stats(st, line.text, self.judgements.serving)
+            self._judged(st, stats, time, changes)
         if st.status == STARTING and not st.shutting_down and not hits.stages:
-            self._judged(st, [checks.waiting(st, line, time)], time, changes)
+            wait = checks.waiting(
+                st, line, time, self.judgements.waiting, self.judgements.stalls.categories
+            )
+            self._judged(st, [wait], time, changes)
         finding = (
             None
             if hits.benign and not hits.signatures
@@ -325,7 +343,10 @@ class Classifier:
         changes: list[Change] = []
         for st in self.streams.values():
             pend = st.extra.get("pending")
-            if pend and (pend.get("since") is None or now - pend["since"] >= PENDING_MAX_S):
+            if pend and (
+                pend.get("since") is None
+                or now - pend["since"] >= self.judgements.restarts.pending_wait_s
+            ):
                 self._settle(st, changes, final=True)
             self.check_stall(st, now, changes)
         return changes
@@ -333,7 +354,8 @@ class Classifier:
     def check_stall(self, st: StreamState, now: float, changes: list[Change]) -> None:
         """Open a stall incident when ``st`` is stuck in a startup stage past its deadline
         at ``now`` (the service's clock, or the end of an offline log / ``--now``)."""
-        self._judged(st, [checks.stall(st, now, self.stall_deadlines)], now, changes)
+        stall = checks.stall(st, now, self.stall_deadlines, self.judgements.stalls)
+        self._judged(st, [stall], now, changes)
 
     def close_truncated(self, st: StreamState, changes: list[Change]) -> None:
         """The log ended inside a traceback with no exception line (a cut paste): infer what

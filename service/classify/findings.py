@@ -30,18 +30,6 @@ from service.metrics import DISAGREEMENTS
 from service.parse import line as L
 from service.taxonomy import later_stage, tier_of
 
-# Exceptions that are not failures in themselves.
-BENIGN_EXC = frozenset(
-    {
-        "KeyboardInterrupt",
-        "SystemExit",
-        "GeneratorExit",
-        "CancelledError",
-        "asyncio.exceptions.CancelledError",
-        "asyncio.CancelledError",
-        "StopIteration",
-    }
-)
 MODEL_PRIORITY = 35
 UNKNOWN_PRIORITY = 10
 # Lines of other programs (runtimes, kernel, transports, C++ services) that print no level:
@@ -62,10 +50,11 @@ class NoveltyLike(Protocol):
     def observe(self, text: str) -> tuple[str, bool]: ...
 
 
-def error_like(line: L.Line) -> str | None:
-    """``exception`` for exception lines, ``error`` for ERROR-level lines, else None."""
+def error_like(line: L.Line, benign_exceptions: frozenset[str]) -> str | None:
+    """``exception`` for exception lines (but ``benign_exceptions``, ``rules/benign.yaml``),
+    ``error`` for ERROR-level lines, else None."""
     if line.kind == L.EXCEPTION:
-        return None if line.exc in BENIGN_EXC else "exception"
+        return None if line.exc in benign_exceptions else "exception"
     if line.level in ("ERROR", "CRITICAL") and line.kind in (
         L.VLLM,
         L.PLAIN,
@@ -118,7 +107,11 @@ class Findings:
             if sig.min_stage and source != "rule":
                 stage = later_stage(stage, sig.min_stage) or stage
             category = sig.category_by_stage.get(stage, sig.category)
-            if self.model is not None and sig.role == "cause" and error_like(line):
+            if (
+                self.model is not None
+                and sig.role == "cause"
+                and error_like(line, self.rules.benign_exceptions)
+            ):
                 self._check_disagreement(line, category)
             return Finding(
                 tier=tier_of(category),
@@ -136,7 +129,7 @@ class Findings:
                 remediation=sig.remediation or self.first_move(category),
                 stage_source=source,
             )
-        strength = error_like(line)
+        strength = error_like(line, self.rules.benign_exceptions)
         if strength is None or st.shutting_down:
             return None
         template, novel = (

@@ -38,7 +38,6 @@ from service.classify.workload import MAX_WORKLOADS, restart_unit
 ENDED, CREATED = "ended", "created"
 # clock skew allowed between the API server's event times and the node's log times
 SKEW_S = 2.0
-CRASH_LOOP_ATTEMPTS = 3  # failed starts of one workload, the same way, that make a crash loop
 MAX_ATTEMPTS_KEPT = 20  # attempts listed in an incident's timeline (the count goes on)
 
 
@@ -108,8 +107,9 @@ class Restarts:
         streams: Mapping[str, StreamState],
         units: RestartUnits,
         playbook: dict[str, Any],
-        crash_loop_attempts: int = CRASH_LOOP_ATTEMPTS,
+        crash_loop_attempts: int,
     ) -> None:
+        """``crash_loop_attempts``: failed starts, the same way, that make a crash loop."""
         self.streams = streams
         self.units = units
         self.playbook = playbook

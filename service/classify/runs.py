@@ -17,11 +17,6 @@ from service.classify.stream_state import FAILED, STARTING, STOPPED, StreamState
 from service.parse import line as L
 from service.taxonomy import STAGE_INDEX, later_stage
 
-# A run that starts this many seconds after the previous line of a failed or stopped stream,
-# with a stage marker, is a new run even without a banner (kubelet waits at least 10 s before
-# restarting a container; vLLM takes seconds to import before its first line)
-RESTART_GAP_S = 5.0
-
 
 def is_new_run(st: StreamState) -> bool:
     """Whether a run-start signal now starts a new run (not the current run's own start)."""
@@ -33,19 +28,23 @@ def is_new_run(st: StreamState) -> bool:
 
 
 def restart_signal(
-    st: StreamState, line: L.Line, stage_marker: bool, time: float | None, prev: float | None
+    st: StreamState,
+    line: L.Line,
+    stage_marker: bool,
+    time: float | None,
+    prev: float | None,
+    gap_s: float,
 ) -> bool:
     """A new run without a banner: another API server process (a new pid), or a startup
-    stage marker after a failed or stopped run went quiet (a later start; ``prev``: the time
-    of the stream's line before this one)."""
+    stage marker after a failed or stopped run went quiet (a later start: ``gap_s`` after
+    ``prev``, the time of the stream's line before this one; ``judgements.yaml``
+    ``restarts.gap_s``)."""
     pid = st.extra.get("api_pid")
     if line.process == "APIServer" and pid is not None and line.pid not in (None, pid):
         return True
     if not stage_marker or st.status not in (FAILED, STOPPED):
         return False
-    return st.status == STOPPED or (
-        prev is not None and time is not None and time - prev >= RESTART_GAP_S
-    )
+    return st.status == STOPPED or (prev is not None and time is not None and time - prev >= gap_s)
 
 
 def new_run(st: StreamState, time: float | None) -> None:
