@@ -189,7 +189,7 @@ def classify_file(
     def feed(line: str) -> None:
         nonlocal lines_in
         lines_in += 1
-        cur = clf.streams.get(key)
+        cur = clf.tracker.streams.get(key)
         if (
             plain
             and cur is not None
@@ -202,7 +202,7 @@ def classify_file(
             _collect(seen, clf.feed_text(cur, line, t))
             return
         for rec in decode(line):
-            cur = clf.streams.get(rec.stream)
+            cur = clf.tracker.streams.get(rec.stream)
             if rec.time is None and (cur is None or cur.status == STARTING):
                 rec.time = line_time(rec.text, year)
             _collect(seen, clf.feed(rec))

@@ -6,7 +6,9 @@ finding (:mod:`.findings`: signature first; the text model only for error-lookin
 signature explains) → the run's incident (:mod:`.incident_book`: root cause first, cascades
 attached; a restarted workload's failure judged by :mod:`.restarts`). Kubernetes evidence
 (:mod:`.kube`) and tracebacks (:mod:`.tracebacks`) take their own paths to the same end.
-No FastAPI, Kafka or database here: the CLI, the service and the tests drive this core.
+Every stream's state lives in one :class:`~.tracker.StreamTracker` (the service's pipeline
+hands it the store to load from, and writes what it says a batch changed). No FastAPI, Kafka
+or database here: the CLI, the service and the tests drive this core.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ from typing import Any
 
 from service.classify import kube, runs
 from service.classify.finding import Finding
-from service.classify.findings import Findings, NoveltyLike, TextModelLike
+from service.classify.findings import Findings, TextModelLike
 from service.classify.incident import Change
 from service.classify.incident_book import IncidentBook
 from service.classify.judgements import checks
 from service.classify.judgements.judgement import Judgement
-from service.classify.restarts import Restarts, RestartUnits
+from service.classify.restarts import Restarts
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
 from service.classify.stream_state import (
@@ -33,8 +35,9 @@ from service.classify.stream_state import (
     StreamState,
     merge_meta,
 )
-from service.classify.tracebacks import ProcessTracks, note_frame
-from service.classify.workload import LastGood, workload_key
+from service.classify.tracebacks import note_frame
+from service.classify.tracker import NoveltyState, StreamTracker
+from service.classify.workload import workload_key
 from service.parse import line as L
 from service.records import LogRecord
 
@@ -42,15 +45,16 @@ from service.records import LogRecord
 class Classifier:
     """Classifies many interleaved streams; one instance per process (not thread-safe).
 
-    ``stall_deadlines`` and ``crash_loop_attempts`` (the settings) win over the rule book's
-    judgements when given."""
+    ``tracker``: where the streams' state lives (default: memory only); ``novelty``: the
+    template miner (kept by the tracker). ``stall_deadlines`` and ``crash_loop_attempts``
+    (the settings) win over the rule book's judgements when given."""
 
     def __init__(
         self,
         rulebook: RuleBook | None = None,
         text_model: TextModelLike | None = None,
-        novelty: NoveltyLike | None = None,
-        state_loader: Callable[[str], StreamState | None] | None = None,
+        novelty: NoveltyState | None = None,
+        tracker: StreamTracker | None = None,
         clock: Callable[[], float] | None = None,
         stall_deadlines: Mapping[str, float] | None = None,
         crash_loop_attempts: int | None = None,
@@ -58,20 +62,15 @@ class Classifier:
         self.rules = rulebook or RuleBook()
         self.playbook = load_playbook(self.rules.rules_dir if rulebook else RULES_DIR)
         self.model = text_model
-        self.state_loader = state_loader
+        self.tracker = tracker or StreamTracker()
+        if novelty is not None:
+            self.tracker.novelty = novelty
         self.clock = clock  # service mode: ingestion time when a record carries none
         self.judgements = self.rules.judgements
         self.stall_deadlines = stall_deadlines or self.judgements.stalls.deadlines_s
-        self.streams: dict[str, StreamState] = {}
-        self.last_good = LastGood()  # workload → facts of its last good start (memory only)
-        # restart unit (workload on a node) → its open failures, so a replacement pod's
-        # failure continues its predecessor's incident (memory only)
-        self.units = RestartUnits()
-        self.tracks = ProcessTracks()  # open tracebacks and findings frames may refine
-        self.findings = Findings(self.rules, self.playbook, text_model, novelty)
+        self.findings = Findings(self.rules, self.playbook, text_model, self.tracker.novelty)
         self.restarts = Restarts(
-            self.streams,
-            self.units,
+            self.tracker,
             self.playbook,
             crash_loop_attempts or self.judgements.restarts.crash_loop_attempts,
         )
@@ -82,36 +81,27 @@ class Classifier:
 
     # ---- streams -------------------------------------------------------------------
     def state(self, key: str, meta: dict[str, Any] | None = None) -> StreamState:
-        st = self.streams.get(key)
-        if st is None:
-            st = self.state_loader(key) if self.state_loader else None
-            if st is None:
-                st = StreamState(key=key, meta=dict(meta or {}))
-                st.last_good_facts = self.last_good.get(workload_key(key, st.meta))
-            self.streams[key] = st
-        return st
+        """The stream ``key``: in memory, else as saved, else new."""
+        return self.tracker.state(key, meta)
 
     def open_stream(
         self, key: str, meta: dict[str, Any] | None = None, time: float | None = None
     ) -> tuple[StreamState, list[Change]]:
         """The stream ``key`` (created if new) and what its appearance changed: a container
         of a pod that logs was scheduled (its pod's placeholder hands over what it knew)."""
-        fresh = key not in self.streams
+        fresh = key not in self.tracker.streams
         st = self.state(key, meta)
         if fresh and "pod" in st.meta:
-            return st, kube.pod_started(st, self.streams, time)
+            return st, kube.pod_started(st, self.tracker.streams, time)
         return st, []
 
     def forget(self, keys: Iterable[str]) -> None:
         """Drop in-memory state (e.g. a Kafka partition was revoked)."""
-        gone = set(keys)
-        for k in gone:
-            self.streams.pop(k, None)
-        self.tracks.forget(gone)
+        self.tracker.forget(keys)
 
     def has_open_traceback(self, key: str) -> bool:
         """Whether a traceback of stream ``key`` has not reached its exception line yet."""
-        return self.tracks.has_open(key)
+        return self.tracker.tracks.has_open(key)
 
     # ---- feeding -------------------------------------------------------------------
     def feed(self, rec: LogRecord) -> list[Change]:
@@ -173,7 +163,7 @@ class Classifier:
             self.incidents.note(st, line)
             return changes
 
-        self.tracks.close((st.key, line.proc_key))
+        self.tracker.tracks.close((st.key, line.proc_key))
         st.last_line = line.text
         hits = self.rules.scan(line.message)
         # (pids are read on lines some rule looks at: the block scanner feeds only those)
@@ -203,7 +193,7 @@ class Classifier:
             self._advance(st, "api_server", time, changes)
             st.status = READY
             st.last_good_facts = dict(st.facts)
-            self.last_good.remember(workload_key(st.key, st.meta), st.last_good_facts)
+            self._remember_good(st)
             self._resolve_passed(st, time, changes, ready=True)
             self._judged(
                 st,
@@ -239,16 +229,22 @@ class Classifier:
         self._conclude(st, line, finding, changes)
         return changes
 
+    def _remember_good(self, st: StreamState) -> None:
+        """The run got ready: its facts are its workload's last good ones."""
+        workload = self.tracker.workload(workload_key(st.key, st.meta))
+        workload.last_good = st.last_good_facts
+        self.tracker.changed(workload.key)
+
     def _traceback_line(self, st: StreamState, line: L.Line) -> None:
         """A line of a traceback: the frames and code of the open one, a chain, a start."""
         where = (st.key, line.proc_key)
         if line.kind == L.CHAIN:
-            self.tracks.chain(where)
+            self.tracker.tracks.chain(where)
         elif line.kind == L.TRACEBACK:
-            if not self.tracks.start(where):  # a chained block: the first's frames count
+            if not self.tracker.tracks.start(where):  # a chained block: the first's frames count
                 st.frame_hint.pop(line.proc_key, None)
         else:
-            self.tracks.line(where, line.message.strip())
+            self.tracker.tracks.line(where, line.message.strip())
 
     def _refined(self, st: StreamState, line: L.Line) -> list[Change]:
         """A frame hinting a stage refines the finding of its process still open to it."""
@@ -256,7 +252,7 @@ class Classifier:
         if not hint:
             return []
         stage = note_frame(st, line.proc_key, hint)
-        target = self.tracks.refining.get((st.key, line.proc_key))
+        target = self.tracker.tracks.refining.get((st.key, line.proc_key))
         return self.findings.refine(*target, stage) if target else []
 
     def _conclude(
@@ -268,12 +264,12 @@ class Classifier:
             self.incidents.note(st, line)
             return
         inc = self.incidents.attach(st, finding, changes)
-        self.tracks.watch((st.key, line.proc_key), finding, inc)
+        self.tracker.tracks.watch((st.key, line.proc_key), finding, inc)
 
     def _feed_kube(self, rec: LogRecord) -> list[Change]:
         """A Kubernetes evidence record: classified by the signatures only, never moving the
         stream's stage or status (:mod:`service.classify.kube`)."""
-        kube.route(rec, self.streams)
+        kube.route(rec, self.tracker.streams)
         meta = dict(rec.meta)
         evidence: dict[str, Any] = meta.pop("kube", None) or {}
         st = self.state(rec.stream, meta)
@@ -315,12 +311,12 @@ class Classifier:
         self, st: StreamState, time: float | None, changes: list[Change], ready: bool = False
     ) -> None:
         replaced = self.restarts.replaced_priors(st)
-        runs.resolve_passed(st, time, changes, replaced, self.streams, ready)
+        runs.resolve_passed(st, time, changes, replaced, self.tracker.find, ready)
 
     def _settle(self, st: StreamState, changes: list[Change], final: bool) -> None:
         folded = self.restarts.settle(st, changes, final)
         if folded is not None:
-            self.tracks.repoint(*folded)
+            self.tracker.tracks.repoint(*folded)
 
     # ---- judgements beyond single lines ------------------------------------------------
     def _judged(
@@ -341,7 +337,7 @@ class Classifier:
     def tick(self, now: float) -> list[Change]:
         """Timer check: open a stall incident for every startup stuck past its deadline."""
         changes: list[Change] = []
-        for st in self.streams.values():
+        for st in list(self.tracker.streams.values()):
             pend = st.extra.get("pending")
             if pend and (
                 pend.get("since") is None
@@ -361,7 +357,7 @@ class Classifier:
         """The log ended inside a traceback with no exception line (a cut paste): infer what
         its frames support, with a low confidence, rather than nothing. A restart whose
         failure was still undecided is judged now (the log ends with its attempt)."""
-        for proc, tb in self.tracks.take_open(st.key):
+        for proc, tb in self.tracker.tracks.take_open(st.key):
             if st.current() is None and not st.shutting_down:
                 self.incidents.attach(st, self.findings.truncated(st, proc, tb), changes)
         if st.extra.get("pending"):

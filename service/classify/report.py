@@ -70,7 +70,7 @@ def _by_stream(
     last: dict[str, str] = {}
     for rec in records:
         if rec.time is None:
-            st = clf.streams.get(rec.stream)
+            st = clf.tracker.streams.get(rec.stream)
             if st is None or st.status == STARTING:
                 rec.time = line_time(rec.text, year)
             else:

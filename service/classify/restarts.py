@@ -20,20 +20,21 @@ Above that evidence, :class:`Restarts` judges the first failure of a restarted r
 failure again (the open incident counts one more restart and attempt, a crash loop at the
 configured count), a different one (a new incident linked to the one before), or, while only
 a cascade or an unknown error is known, not decided yet (``pending``: settled once the root
-cause is known or the attempt ends). :class:`RestartUnits` indexes the open failures of each
-workload on its node, so a replacement pod finds its predecessor's.
+cause is known or the attempt ends). The open failures of each workload on each node are
+indexed in its :class:`WorkloadState` (saved with the streams), so a replacement pod finds
+its predecessor's - after a restart of the service too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
 from service.classify.finding import Finding
 from service.classify.incident import Change, Incident
 from service.classify.judgements.playbook import restart_advice
 from service.classify.stream_state import FAILED, STOPPED, StreamState
-from service.classify.workload import MAX_WORKLOADS, restart_unit
+from service.classify.workload import WorkloadState, restart_unit
 
 ENDED, CREATED = "ended", "created"
 # clock skew allowed between the API server's event times and the node's log times
@@ -74,44 +75,24 @@ def evidence(old: StreamState, new: StreamState, failure: Incident) -> int:
     return 0
 
 
-class RestartUnits:
-    """Restart unit (a workload on a node, :func:`restart_unit`) → {open critical incident
-    id: its stream}, most recently failed last; at most ``MAX_WORKLOADS`` units."""
+class Streams(Protocol):
+    """The streams a restart may continue (:class:`~service.classify.tracker.StreamTracker`)."""
 
-    def __init__(self) -> None:
-        self.units: dict[str, dict[str, str]] = {}
+    def find(self, key: str) -> StreamState | None: ...
 
-    def index(self, st: StreamState, inc: Incident) -> None:
-        """``inc`` is an open failure of the workload ``st`` runs."""
-        unit = restart_unit(st.key, st.meta)
-        if not unit:
-            return
-        ids = self.units.pop(unit, None) or {}
-        ids[inc.id] = st.key
-        self.units[unit] = ids  # most recently failed last
-        while len(self.units) > MAX_WORKLOADS:
-            del self.units[next(iter(self.units))]
+    def workload(self, key: str) -> WorkloadState: ...
 
-    def of(self, st: StreamState) -> dict[str, str]:
-        """The open failures (id → stream) of the workload ``st`` runs (changed in place
-        to drop one that is gone)."""
-        unit = restart_unit(st.key, st.meta)
-        return self.units.get(unit, {}) if unit else {}
+    def changed(self, key: str) -> None: ...
 
 
 class Restarts:
-    """Restart judgements over the streams in memory (``streams``) and the unit index."""
+    """Restart judgements over the streams and their workloads (``streams``)."""
 
     def __init__(
-        self,
-        streams: Mapping[str, StreamState],
-        units: RestartUnits,
-        playbook: dict[str, Any],
-        crash_loop_attempts: int,
+        self, streams: Streams, playbook: dict[str, Any], crash_loop_attempts: int
     ) -> None:
         """``crash_loop_attempts``: failed starts, the same way, that make a crash loop."""
         self.streams = streams
-        self.units = units
         self.playbook = playbook
         self.crash_loop_attempts = max(2, int(crash_loop_attempts))
 
@@ -132,14 +113,18 @@ class Restarts:
     def replaced_priors(self, st: StreamState) -> list[Incident]:
         """Open failures of pods ``st``'s pod replaced (same workload on the same node, and
         Kubernetes said so: :func:`evidence`), the strongest evidence only."""
-        ids = self.units.of(st)
+        unit = restart_unit(st.key, st.meta)
+        if unit is None:
+            return []
+        w = self.streams.workload(unit[0])
+        ids = w.failures.get(unit[1])
         if not ids:
             return []
         out: list[tuple[int, Incident]] = []
         for iid, key in reversed(list(ids.items())):  # latest failure first
             if key == st.key:
                 continue
-            other = self.streams.get(key)  # memory only: an evicted pod is not followed
+            other = self.streams.find(key)  # (loaded when it is not in memory)
             inc = (
                 None
                 if other is None
@@ -147,6 +132,7 @@ class Restarts:
             )
             if other is None or inc is None:
                 del ids[iid]
+                self.streams.changed(w.key)
                 continue
             # replaced, not a replica beside it: only Kubernetes' word counts, never timing
             strength = evidence(other, st, inc)
@@ -159,8 +145,19 @@ class Restarts:
         """``inc`` is opened: remembered as the workload's latest failure, so a restart that
         fails the same way continues it."""
         st.extra["last_failure"] = {**link(inc), "run": st.run, "started": st.first_time}
-        self.units.index(st, inc)
+        self._index(st, inc)
         changes.append(Change("opened", inc))
+
+    def _index(self, st: StreamState, inc: Incident) -> None:
+        """``inc`` is an open failure of the workload ``st`` runs, on its node."""
+        unit = restart_unit(st.key, st.meta)
+        if not unit:
+            return
+        w = self.streams.workload(unit[0])
+        ids = w.failures.pop(unit[1], None) or {}
+        ids[inc.id] = st.key
+        w.failures[unit[1]] = ids  # most recently failed last
+        self.streams.changed(w.key)
 
     def settle(
         self, st: StreamState, changes: list[Change], final: bool
@@ -207,7 +204,7 @@ class Restarts:
         Only the change into a crash loop (or a new root cause) is notified."""
         also: tuple[str, ...] = ()
         if "attempts" not in prior.extra:  # the first restart: the first attempt too
-            home = st if prior.stream == st.key else self.streams.get(prior.stream)
+            home = st if prior.stream == st.key else self.streams.find(prior.stream)
             first = (home.extra.get("last_failure") or {}) if home is not None else {}
             prior.extra["attempts"] = [
                 attempt(
@@ -223,7 +220,7 @@ class Restarts:
         attempts = prior.extra["attempts"]
         if prior.stream != st.key:
             also = (prior.stream,)
-            old = self.streams.get(prior.stream)
+            old = self.streams.find(prior.stream)
             if old is not None and prior in old.incidents:
                 old.incidents.remove(prior)
             prior.stream = st.key
@@ -249,7 +246,7 @@ class Restarts:
         st.status = FAILED
         st.runs_failed += 1
         st.extra["last_failure"] = {**link(prior), "run": st.run, "started": st.first_time}
-        self.units.index(st, prior)
+        self._index(st, prior)
         changes.append(Change(kind, prior, also))
         return prior
 

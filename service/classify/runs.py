@@ -9,7 +9,7 @@ Functions over one :class:`StreamState`; the incidents they resolve are appended
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from service.classify.incident import Change, Incident
 from service.classify.judgements.stalls import is_stall
@@ -92,12 +92,12 @@ def resolve_passed(
     time: float | None,
     changes: list[Change],
     replaced: Iterable[Incident],
-    streams: Mapping[str, StreamState],
+    find: Callable[[str], StreamState | None],
     ready: bool = False,
 ) -> None:
     """A later run (of this pod, or of the pod that replaced it: ``replaced``, the open
     failures it continues) that gets past the failing stage, or is ``ready``, resolves the
-    incident (taken off its owner's stream, looked up in ``streams``)."""
+    incident (taken off its owner's stream, ``find(key)``)."""
     mine = [i for i in st.incidents if i.run < st.run and "pending_restart_of" not in i.extra]
     for inc in mine + list(replaced):
         if inc.status != "open" or inc.severity != "critical":
@@ -114,7 +114,7 @@ def resolve_passed(
             inc.resolution = f"run {st.run} of {who} got past {inc.stage}" + (
                 " and is ready" if ready else f" (reached {st.stage})"
             )
-            owner = st if inc.stream == st.key else streams.get(inc.stream)
+            owner = st if inc.stream == st.key else find(inc.stream)
             if owner is not None and inc in owner.incidents:
                 owner.incidents.remove(inc)
             changes.append(Change("resolved", inc))
