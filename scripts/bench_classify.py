@@ -104,7 +104,7 @@ def main() -> int:
     print(
         f"lines={args.lines} format={args.format} model={args.model} "
         f"seconds={dt:.2f} lines_per_s={args.lines / dt:,.0f} peak_rss_mb={rss_mb:.0f} "
-        f"incidents={incidents} model_calls={clf.model_calls}"
+        f"incidents={incidents} model_calls={clf.findings.model_calls}"
     )
     return 0
 

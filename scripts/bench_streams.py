@@ -62,7 +62,7 @@ def main() -> None:
     used, _ = tracemalloc.get_traced_memory()
     per = (used - base) / args.streams
     print(
-        f"streams={args.streams} lines_each={len(lines)} in_memory={len(clf.streams)} "
+        f"streams={args.streams} lines_each={len(lines)} in_memory={len(clf.tracker.streams)} "
         f"heap={(used - base) / 1e6:.1f} MB per_stream={per:.0f} B "
         f"feed={args.streams * len(lines) / elapsed:,.0f} lines/s (traced)"
     )

@@ -128,8 +128,8 @@ def build(settings: Settings) -> Service:
         text_model=model,
         novelty=NoveltyDetector(),
         clock=time.time,
-        stall_deadlines=settings.stall.deadlines_s,
-        crash_loop_attempts=settings.restarts.crash_loop_attempts,
+        stall_deadlines=settings.stall.deadlines_if_set(),
+        crash_loop_attempts=settings.restarts.attempts_if_set(),
     )
     instance_id = settings.instance_id or default_instance_id(
         settings.store.url, settings.api.host, settings.api.port
@@ -209,7 +209,7 @@ def rulebook_for(settings: Settings) -> RuleBook:
         return RuleBook()
 
     try:
-        return RuleBook(signatures=load_rule_set(r.dirs, r.disabled, r.overrides).signatures)
+        return load_rule_set(r.dirs, r.disabled, r.overrides).rulebook()
     except RuleLoadError as exc:
         raise ConfigError([f"rules: {p}" for p in exc.problems]) from None
 

@@ -22,7 +22,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from service.shipped import shipped_dir
+
 INDIRECT = {"_env": "environment variable", "_file": "file"}
+
+
+def shipped_judgement(section: str, key: str) -> Any:
+    """The default of a setting the rules data owns: ``section.key`` of the shipped
+    ``rules/judgements.yaml`` (where it is documented)."""
+    with (shipped_dir("rules") / "judgements.yaml").open(encoding="utf-8") as fh:
+        return yaml.safe_load(fh)[section][key]
 
 
 def resolve_indirect(fields: Any, data: Any) -> Any:
@@ -180,20 +189,19 @@ class NotifySettings(Section):
 
 
 class StallSettings(Section):
-    """Per-stage deadlines (seconds without reaching the next stage)."""
+    """Per-stage deadlines (seconds without reaching the next stage). ``deadlines_s``, when
+    set, wins over every rules file; its default is ``stalls.deadlines_s`` of the shipped
+    ``rules/judgements.yaml`` (a team's ``judgements.yaml`` may change it there)."""
 
     enabled: bool = True
     check_interval_s: float = 15.0
     deadlines_s: dict[str, float] = Field(
-        default_factory=lambda: {
-            "container": 600,
-            "cuda_init": 600,
-            "distributed_init": 900,
-            "model_load": 3600,
-            "kv_cache_init": 2400,
-            "api_server": 600,
-        }
+        default_factory=lambda: shipped_judgement("stalls", "deadlines_s")
     )
+
+    def deadlines_if_set(self) -> dict[str, float] | None:
+        """The deadlines when this setting was given, else None (the rules decide)."""
+        return self.deadlines_s if "deadlines_s" in self.model_fields_set else None
 
 
 class RestartSettings(Section):
@@ -201,9 +209,17 @@ class RestartSettings(Section):
     later start), a new container of its pod, a pod that replaced another of its workload on
     the same node. The same failure again counts one more restart on the open incident
     (stored, not notified); at ``crash_loop_attempts`` failed starts it becomes a crash loop
-    (one notification, saying whether restarting can help)."""
+    (one notification, saying whether restarting can help). When set it wins over every
+    rules file; its default is ``restarts.crash_loop_attempts`` of the shipped
+    ``rules/judgements.yaml``."""
 
-    crash_loop_attempts: int = Field(3, ge=2)
+    crash_loop_attempts: int = Field(
+        default_factory=lambda: shipped_judgement("restarts", "crash_loop_attempts"), ge=2
+    )
+
+    def attempts_if_set(self) -> int | None:
+        """The count when this setting was given, else None (the rules decide)."""
+        return self.crash_loop_attempts if "crash_loop_attempts" in self.model_fields_set else None
 
 
 class StreamSettings(Section):

@@ -9,8 +9,11 @@ store transaction (at-least-once input, idempotent effects).
   batch is committed (ack-after-store); a chunk id committed before is acknowledged without
   reprocessing.
 
-Whenever a commit fails, the in-memory state of the streams it touched is dropped so the
-next record reloads them from the store (memory never runs ahead of the database).
+Every stream's state is the classifier's :class:`~service.classify.tracker.StreamTracker`'s:
+the pipeline hands it the store to load from (:class:`StorePersistence`) and writes what it
+says a batch changed (stream snapshots, workloads, novelty templates) in the batch's
+transaction. Whenever a commit fails, the tracker drops the state of the streams it touched
+so the next record reloads them from the store (memory never runs ahead of the database).
 """
 
 from __future__ import annotations
@@ -19,15 +22,14 @@ import asyncio
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from service import metrics
-from service.classify.engine import Change, Classifier
-from service.classify.incident import Incident
-from service.classify.stream_state import STARTING, StreamState
+from service.classify.engine import Classifier
+from service.classify.incident import Change, Incident
+from service.classify.tracker import Saves, Snapshot
 from service.records import LogRecord
 from service.store import (
     BatchEffects,
@@ -98,13 +100,33 @@ def bounded_state(d: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
+class StorePersistence:
+    """The stream tracker's :class:`~service.classify.tracker.Persistence` over the store:
+    stream snapshots, workloads and the novelty templates as the batches wrote them."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def load_stream(self, key: str) -> Snapshot | None:
+        state, version = self.store.load_stream_versioned(key)
+        return None if state is None else Snapshot(state, version or 0)
+
+    def load_workload(self, key: str) -> Snapshot | None:
+        state, version = self.store.load_workload_versioned(key)
+        return None if state is None else Snapshot(state, version or 0)
+
+    def load_novelty(self) -> dict[str, Any] | None:
+        return self.store.load_novelty()
+
+
 class Pipeline:
-    """Thread-safe (one batch at a time); the classifier is owned by the pipeline."""
+    """Thread-safe (one batch at a time); the classifier (and its stream tracker) is owned
+    by the pipeline."""
 
     def __init__(
         self,
         store: Store,
-        classifier: Classifier | Callable[..., Classifier],
+        classifier: Classifier,
         router: RouterLike | None = None,
         clock: Callable[[], float] = time.time,
         *,
@@ -112,29 +134,22 @@ class Pipeline:
         max_streams: int = 50_000,
         idle_evict_s: float = 3600.0,
     ) -> None:
+        """``max_streams`` / ``idle_evict_s``: the streams kept in memory (the settings'
+        ``streams``); a stream still starting stays until its stall could fire."""
         self.store = store
         self.router = router
         self.clock = clock
         self.on_commit = on_commit
-        self.max_streams = max_streams
-        self.idle_evict_s = idle_evict_s
-        if isinstance(classifier, Classifier):
-            self.classifier = classifier
-            if self.classifier.state_loader is None:
-                self.classifier.state_loader = self._load_state
-        else:
-            self.classifier = classifier(state_loader=self._load_state)
-        # a stream still starting with nothing open stays until its stall could fire
-        self._startup_hold_s = max(self.classifier.stall_deadlines.values(), default=0.0)
+        self.classifier = classifier
+        self.tracker = classifier.tracker
+        self.tracker.attach(
+            StorePersistence(store),
+            max_streams=max_streams,
+            idle_evict_s=idle_evict_s,
+            startup_hold_s=max(classifier.stall_deadlines.values(), default=0.0),
+        )
         self._lock = threading.RLock()
         self._applied: dict[tuple[str, str], int | None] = {}  # cache of the store's offsets
-        self._partitions: dict[str, set[str]] = {}  # stream → partitions its records came from
-        # streams in memory, least recently touched first → monotonic time of the last touch
-        self._recent: OrderedDict[str, float] = OrderedDict()
-        # stream → version of its stored snapshot that the in-memory state continues (None:
-        # not stored yet); commits compare-and-set it, so two replicas fed the same stream
-        # (forward / HTTP behind a load balancer) never overwrite each other's snapshot
-        self._versions: dict[str, int | None] = {}
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline")
         self.counters = {
             "batches": 0,
@@ -175,19 +190,15 @@ class Pipeline:
             touched: dict[str, None] = {}
             changed: dict[str, tuple[Incident, list[str]]] = {}
             self._collect(changes, changed, touched)
-            self._commit(self._effects(touched, changed, {}, "", None), touched, {}, "")
+            eff, saves = self._effects(touched, changed, {}, "", None)
+            self._commit(eff, saves, touched, {}, "")
             return len(changes)
 
     # ---- Kafka hooks -----------------------------------------------------------------
     def forget(self, stream_keys: Iterable[str]) -> None:
         """Drop in-memory state of these streams (the store's snapshot is reloaded)."""
         with self._lock:
-            keys = set(stream_keys)
-            self.classifier.forget(keys)  # also drops pending frame refinements
-            for k in keys:
-                self._partitions.pop(k, None)
-                self._recent.pop(k, None)
-                self._versions.pop(k, None)
+            self.tracker.forget(stream_keys)  # also drops pending frame refinements
 
     def on_partitions_revoked(self, partitions: Iterable[Any]) -> None:
         """Another consumer will own these: forget their streams and cached offsets."""
@@ -201,14 +212,9 @@ class Pipeline:
         with self._lock:
             for key in [k for k in self._applied if k[1] in names]:
                 del self._applied[key]
-            self.forget([s for s, parts in self._partitions.items() if parts & names])
+            self.forget(self.tracker.streams_from(names))
 
     # ---- core ------------------------------------------------------------------------
-    def _load_state(self, key: str) -> StreamState | None:
-        snap, version = self.store.load_stream_versioned(key)
-        self._versions[key] = version
-        return StreamState.from_dict(snap) if snap else None
-
     def _run(self, records: list[LogRecord], source: str, chunk_id: str | None) -> bool:
         """Whether the batch was applied (False: its chunk id was committed before)."""
         with self._lock:
@@ -238,7 +244,7 @@ class Pipeline:
                     continue
                 if offset > advance.get(part, -1):
                     advance[part] = offset
-                self._partitions.setdefault(rec.stream, set()).add(part)
+                self.tracker.came_from(rec.stream, part)
             fresh.append(rec)
         touched: dict[str, None] = {}
         changed: dict[str, tuple[Incident, list[str]]] = {}
@@ -252,11 +258,11 @@ class Pipeline:
                 continue
             touched[rec.stream] = None
             self._collect(found, changed, touched)
-        eff = self._effects(touched, changed, advance, source, chunk_id)
+        eff, saves = self._effects(touched, changed, advance, source, chunk_id)
         eff.quarantined = quarantined
         if not eff:
             return True
-        if not self._commit(eff, touched, advance, source):
+        if not self._commit(eff, saves, touched, advance, source):
             return False
         self.counters["records"] += len(fresh)
         return True
@@ -296,9 +302,11 @@ class Pipeline:
         advance: dict[str, int],
         source: str,
         chunk_id: str | None,
-    ) -> BatchEffects:
-        return BatchEffects(
-            streams={k: bounded_state(self.classifier.state(k).to_dict()) for k in touched},
+    ) -> tuple[BatchEffects, Saves]:
+        """What the batch writes, and the tracker's saves it holds."""
+        saves = self.tracker.snapshots(touched)
+        eff = BatchEffects(
+            streams={k: bounded_state(v) for k, v in saves.streams.items()},
             incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
             positions=[
                 PositionAdvance(source, part, self._applied[(source, part)], off)
@@ -306,11 +314,20 @@ class Pipeline:
             ],
             chunk_id=chunk_id,
             at=self.clock(),
-            stream_versions={k: self._versions[k] for k in touched if k in self._versions},
+            stream_versions=saves.stream_versions,
+            workloads=saves.workloads,
+            workload_versions=saves.workload_versions,
+            novelty=saves.novelty,
         )
+        return eff, saves
 
     def _commit(
-        self, eff: BatchEffects, touched: dict[str, None], advance: dict[str, int], source: str
+        self,
+        eff: BatchEffects,
+        saves: Saves,
+        touched: dict[str, None],
+        advance: dict[str, int],
+        source: str,
     ) -> bool:
         """Commit ``eff``; False when the chunk was applied already (nothing written)."""
         started = time.perf_counter()
@@ -324,14 +341,11 @@ class Pipeline:
             self._rollback(touched, advance, source)
             raise
         self.last_commit_s = time.perf_counter() - started
-        for k in eff.streams:
-            if k in self._versions:
-                self._versions[k] = (self._versions[k] or 0) + 1
+        self.tracker.saved(saves)
         for part, off in advance.items():
             self._applied[(source, part)] = off
-        self._drop_resolved(eff.skipped_incidents)
+        self.tracker.drop_incidents(eff.skipped_incidents)
         self.counters["batches"] += 1
-        self._evict(touched)
         if self.on_commit is not None and any(w.kinds for w in eff.incidents):
             self.on_commit()
         return True
@@ -367,52 +381,16 @@ class Pipeline:
 
     def _rollback(self, touched: dict[str, None], advance: dict[str, int], source: str) -> None:
         """Nothing was written: memory must not run ahead of the store."""
+        self.tracker.discard_unsaved()
         self.forget(touched)
         for part in advance:
             self._applied.pop((source, part), None)
 
-    def _drop_resolved(self, ids: set[str]) -> None:
-        """Incidents resolved by hand in the store leave the in-memory streams too."""
-        if not ids:
-            return
-        for st in self.classifier.streams.values():
-            st.incidents = [i for i in st.incidents if i.id not in ids]
-
-    def _evict(self, touched: dict[str, None]) -> None:
-        now = time.monotonic()
-        for k in touched:
-            self._recent[k] = now
-            self._recent.move_to_end(k)
-        while len(self._recent) > self.max_streams:
-            key, _ = self._recent.popitem(last=False)
-            self._drop_stream(key)
-
     def evict_idle(self, now: float | None = None) -> int:
-        """Forget the streams no line touched for ``idle_evict_s`` (their snapshot is in the
-        store and is reloaded by their next line); a stream still starting with nothing
-        open is kept until its stall deadline could have passed. Returns how many went."""
-        now = time.monotonic() if now is None else now
-        gone = 0
+        """Forget the streams no line touched for a while (:meth:`StreamTracker.evict_idle`:
+        their snapshot is in the store and is reloaded by their next line). Returns how many
+        went."""
         with self._lock:
-            for key, touched in list(self._recent.items()):
-                idle = now - touched
-                if idle < self.idle_evict_s:
-                    break  # least recently touched first: the rest are younger
-                st = self.classifier.streams.get(key)
-                if (
-                    st is not None
-                    and st.status == STARTING
-                    and st.current() is None
-                    and idle < self.idle_evict_s + self._startup_hold_s
-                ):
-                    continue
-                del self._recent[key]
-                self._drop_stream(key)
-                gone += 1
+            gone = self.tracker.evict_idle(now)
         self.counters["evicted"] += gone
         return gone
-
-    def _drop_stream(self, key: str) -> None:
-        self.classifier.forget([key])
-        self._partitions.pop(key, None)
-        self._versions.pop(key, None)

@@ -233,7 +233,7 @@ class Expected:
                     latest[ch.incident.id] = ch.incident
                     if ch.kind != "evidence":
                         exp.notifiable.setdefault(ch.incident.id, []).append(ch.kind)
-        for key, st in clf.streams.items():
+        for key, st in clf.tracker.streams.items():
             exp.lines[key] = st.seq
         exp.incidents = {
             i: inc.summary() | {"stream": inc.stream, "meta": inc.meta} for i, inc in latest.items()

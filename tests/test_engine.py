@@ -273,7 +273,8 @@ def test_state_round_trips_through_json() -> None:
     st = clf.state("s")
     copy = StreamState.from_dict(st.to_dict())
     assert copy.to_dict() == st.to_dict()
-    clf2 = Classifier(RB, state_loader=lambda k: StreamState.from_dict(st.to_dict()))
+    clf2 = Classifier(RB)
+    clf2.tracker.streams["s"] = StreamState.from_dict(st.to_dict())
     changes = clf2.feed(LogRecord("s", "RuntimeError: NCCL error: unhandled system error"))
     assert changes[0].kind == "opened"
     assert changes[0].incident.stage == "distributed_init"

@@ -180,7 +180,7 @@ def test_the_same_evidence_twice_counts_once_and_routine_objects_give_nothing() 
     first = [c for r in decode_record(pod) for c in clf.feed(r)]
     again = [c for r in decode_record(copy.deepcopy(pod)) for c in clf.feed(r)]
     assert first and again == []
-    assert clf.streams[STREAM].seq == 2
+    assert clf.tracker.streams[STREAM].seq == 2
     assert decode_record(event("Pulled", "Container image already present", etype="Normal")) == []
     node_event = event("NodeNotReady", "Node gpu-node-3 status is now: NodeNotReady")
     node_event["involvedObject"] = {"kind": "Node", "name": "gpu-node-3"}

@@ -44,20 +44,6 @@ FLOOR = {name: n for n, names in enumerate(FLOORS) for name in names}
 LAZY_OK = {"cli"}  # the CLI's modules import their commands' modules when they run
 TRAINING_IMPORTERS = {"cli"}  # the pieces that may import service.training
 
-# today's exceptions, each one a debt the restructure pays off (the list only shrinks)
-ALLOWED_MODULE_CYCLES: list[list[str]] = [
-    ["service.classify.engine", "service.classify.kube"],
-]
-ALLOWED_PACKAGE_CYCLES: list[list[str]] = []
-ALLOWED_UPWARD: set[tuple[str, str]] = set()
-ALLOWED_LAZY: set[tuple[str, str]] = {
-    ("service.classify.engine", "service.classify.kube"),
-    ("service.classify.kube", "service.classify.engine"),
-}
-ALLOWED_LONG: set[str] = {
-    "service.classify.engine",
-}
-
 
 def modules() -> dict[str, Path]:
     out = {}
@@ -166,7 +152,7 @@ def test_every_piece_of_service_has_a_floor() -> None:
 
 
 def test_no_cycle_between_modules() -> None:
-    assert cycles(RUNTIME) == ALLOWED_MODULE_CYCLES
+    assert cycles(RUNTIME) == []
 
 
 def test_no_cycle_between_packages() -> None:
@@ -175,7 +161,7 @@ def test_no_cycle_between_packages() -> None:
         for dst in targets:
             if src != "service" and dst != "service" and piece(src) != piece(dst):
                 graph[piece(src)].add(piece(dst))
-    assert cycles(graph) == ALLOWED_PACKAGE_CYCLES
+    assert cycles(graph) == []
 
 
 def test_no_import_runs_back_up() -> None:
@@ -185,16 +171,14 @@ def test_no_import_runs_back_up() -> None:
         for dst in targets
         if src != "service" and dst != "service" and FLOOR[piece(dst)] > FLOOR[piece(src)]
     }
-    assert upward - ALLOWED_UPWARD == set()
-    assert ALLOWED_UPWARD - upward == set(), "a paid debt: drop it from ALLOWED_UPWARD"
+    assert upward == set()
 
 
 def test_no_import_hidden_inside_a_function() -> None:
     hidden = {
         (src, dst) for src, targets in LAZY.items() if piece(src) not in LAZY_OK for dst in targets
     }
-    assert hidden - ALLOWED_LAZY == set()
-    assert ALLOWED_LAZY - hidden == set(), "a paid debt: drop it from ALLOWED_LAZY"
+    assert hidden == set()
 
 
 def test_only_the_cli_imports_the_training_package() -> None:
@@ -210,10 +194,7 @@ def test_only_the_cli_imports_the_training_package() -> None:
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_no_module_is_over_450_lines(module: str) -> None:
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
-    if module in ALLOWED_LONG:
-        assert lines > MAX_LINES, "a paid debt: drop it from ALLOWED_LONG"
-    else:
-        assert lines <= MAX_LINES, f"{module}: {lines} lines"
+    assert lines <= MAX_LINES, f"{module}: {lines} lines"
 
 
 def test_the_checks_see_a_cycle_and_an_upward_import() -> None:

@@ -99,7 +99,7 @@ def test_failed_commit_leaves_no_trace_in_memory(
     monkeypatch.setattr(store, "commit_batch", flaky)
     with pytest.raises(ConnectionError):
         p.process(recs[100:], "kafka")
-    assert "ns/a/vllm" not in p.classifier.streams  # dropped: memory never runs ahead
+    assert "ns/a/vllm" not in p.tracker.streams  # dropped: memory never runs ahead
     p.process(recs[100:], "kafka")  # the consumer retries the same batch
     clf, kinds, ids = reference(recs)
     assert store.stream("ns/a/vllm")["lines"] == clf.state("ns/a/vllm").seq
@@ -128,7 +128,7 @@ def test_partition_revoke_and_assign_reload_from_store(store: Store) -> None:
     a, b = pipeline(store), pipeline(store)
     a.process(recs[:80], "kafka")
     a.on_partitions_revoked([("vllm-logs", 2)])
-    assert "ns/a/vllm" not in a.classifier.streams
+    assert "ns/a/vllm" not in a.tracker.streams
     b.on_partitions_assigned(["vllm-logs:2"])
     b.process(recs[60:], "kafka")  # overlap: the new owner starts at the committed offset
     clf, _, ids = reference(recs)
@@ -165,7 +165,7 @@ def test_chunk_committed_by_another_instance_is_not_applied_twice(store: Store) 
     # b checked chunk_seen before a committed (race): the commit refuses the duplicate
     b._batch(recs, "forward", "c")  # noqa: SLF001 - drive the race deterministically
     assert b.counters["duplicate_chunks"] == 1
-    assert "fw/a/vllm" not in b.classifier.streams
+    assert "fw/a/vllm" not in b.tracker.streams
 
 
 def test_evidence_is_stored_not_notified(store: Store) -> None:
@@ -233,15 +233,15 @@ def test_process_and_submit_from_many_threads(store: Store) -> None:
     p.close()
 
 
-def test_pipeline_accepts_a_classifier_instance(store: Store) -> None:
+def test_the_pipeline_hands_the_classifiers_tracker_its_store(store: Store) -> None:
     from service.classify.loader import build_classifier
 
     clf = build_classifier(use_model=False)
     p = Pipeline(store, clf)
-    assert clf.state_loader is not None
+    assert p.tracker is clf.tracker and clf.tracker.persistence is not None
     p.process(kafka_records(REAL / "bad-dtype.cri.log", stream="s"), "kafka")
     p.forget(["s"])
-    assert "s" not in clf.streams
+    assert "s" not in clf.tracker.streams
     assert clf.state("s").seq == 3  # reloaded from the store's snapshot
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from service import metrics
-from service.classify.engine import Change, Classifier
+from service.classify.engine import Classifier
+from service.classify.incident import Change
 from service.classify.rulebook import RuleBook
 from service.pipeline import Pipeline
 from service.records import LogRecord
@@ -47,7 +48,7 @@ def test_a_poison_record_is_quarantined_and_the_oom_after_it_opens(store: Store)
     def make(**kw: Any) -> Classifier:
         return FaultyClassifier(RB, **kw)
 
-    p = Pipeline(store, make)
+    p = Pipeline(store, make())
     for i in range(0, len(recs), 10):
         p.process(recs[i : i + 10], "kafka")
 
@@ -62,7 +63,7 @@ def test_a_poison_record_is_quarantined_and_the_oom_after_it_opens(store: Store)
     assert any(i["category"] == "oom_kv_cache" for i in items), items
 
     # a restarted consumer re-reads the batch: nothing is retried, nothing is quarantined twice
-    again = Pipeline(store, make)
+    again = Pipeline(store, make())
     again.process(recs[:10], "kafka")
     assert again.counters["skipped"] == 10 and len(store.list_quarantine()) == 1
 
@@ -74,7 +75,7 @@ def test_the_api_lists_quarantined_records_to_readers_only(tmp_path) -> None:
     from tests.api_support import READ, READ_TOKEN, close_context, make_context
 
     ctx = make_context(tmp_path / "s.db", RB, read_token=READ_TOKEN)
-    ctx.pipeline.classifier = FaultyClassifier(RB, state_loader=ctx.pipeline._load_state)
+    ctx.pipeline.classifier = FaultyClassifier(RB, tracker=ctx.pipeline.tracker)
     ctx.pipeline.process([LogRecord("ns/b/vllm", POISON, None, {}, "kafka:t:0:7")], "kafka")
     with TestClient(create_app(ctx)) as c:
         assert c.get("/quarantine").status_code == 401

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from service.classify.engine import Change, Classifier
+from service.classify.engine import Classifier
+from service.classify.incident import Change
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.stream_state import StreamState
@@ -51,32 +52,36 @@ def pod_meta(pod: str, container_id: str, node: str = NODE) -> dict:
     }
 
 
+def attempt_records(
+    log: list[tuple[float | None, str]], stream: str, meta: dict, start: float
+) -> list[LogRecord]:
+    """One start of the workload, its first line ``start`` seconds after the first line of
+    the kv-cache-too-small capture (the spacing of its lines kept)."""
+    shift = T0 + start - min(t for t, _ in log if t is not None)
+    return [
+        LogRecord(stream, text, time=None if t is None else t + shift, meta=dict(meta))
+        for t, text in log
+    ]
+
+
 def attempt(
     clf: Classifier, log: list[tuple[float | None, str]], stream: str, meta: dict, start: float
 ) -> list[Change]:
-    """Feed one start of the workload, its first line ``start`` seconds after the first
-    line of the kv-cache-too-small capture (the spacing of its lines kept)."""
-    out: list[Change] = []
-    shift = T0 + start - min(t for t, _ in log if t is not None)
-    for t, text in log:
-        out += clf.feed(
-            LogRecord(stream, text, time=None if t is None else t + shift, meta=dict(meta))
-        )
-    return out
+    """Feed one start of the workload (:func:`attempt_records`)."""
+    return [c for rec in attempt_records(log, stream, meta, start) for c in clf.feed(rec)]
 
 
-def ended(
-    clf: Classifier,
+def pod_event(
     pod: str,
     at: float,
     reason: str = "Killing",
     message: str = "Stopping container vllm",
     etype: str = "Normal",
-) -> list[Change]:
-    """Kubernetes says ``pod`` is going away (the kubelet's ``Killing`` event when a pod is
+) -> dict:
+    """What Kubernetes says of ``pod`` (the kubelet's ``Killing`` event when a pod is
     deleted, by default), as ``kubectl get events -o json`` prints it."""
     stamp = dt.datetime.fromtimestamp(at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    event = {
+    return {
         "apiVersion": "v1",
         "kind": "Event",
         "type": etype,
@@ -93,8 +98,19 @@ def ended(
         "metadata": {"uid": f"{pod}-{reason}-{at}"},
         "source": {"component": "kubelet", "host": NODE},
     }
+
+
+def ended(
+    clf: Classifier,
+    pod: str,
+    at: float,
+    reason: str = "Killing",
+    message: str = "Stopping container vllm",
+    etype: str = "Normal",
+) -> list[Change]:
+    """Kubernetes says ``pod`` is going away (:func:`pod_event`)."""
     out: list[Change] = []
-    for rec in kube_records(event):
+    for rec in kube_records(pod_event(pod, at, reason, message, etype)):
         out += clf.feed(rec)
     return out
 

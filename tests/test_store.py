@@ -123,7 +123,7 @@ def classifier(**kwargs: Any) -> Classifier:
 
 
 def pipeline(store: Store, **kwargs: Any) -> Pipeline:
-    return Pipeline(store, classifier, **kwargs)
+    return Pipeline(store, classifier(), **kwargs)
 
 
 def reference(recs: list[LogRecord]) -> tuple[Any, list[str], list[str]]:
@@ -157,9 +157,9 @@ def test_migrations_are_versioned_and_idempotent(db_url: str) -> None:
     s = Store(db_url)
     s.migrate()
     s.migrate()
-    assert current_revision(s.engine) == head_revision() == "0005"
+    assert current_revision(s.engine) == head_revision() == "0006"
     with s.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0005"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
     s.close()
 
 
@@ -184,7 +184,7 @@ def test_instances_starting_together_migrate_once(db_url: str) -> None:
         t.join()
     assert errors == []
     s = Store(db_url)
-    assert current_revision(s.engine) == "0005"
+    assert current_revision(s.engine) == "0006"
     s.close()
 
 
@@ -272,7 +272,7 @@ def test_resolve_by_hand_enqueues_one_resolution(store: Store) -> None:
     more = kafka_records(REAL / "bad-dtype.cri.log", stream="ns/a/vllm", start=len(recs))
     p.process(more, "kafka")
     assert store.get_incident(inc["id"])["status"] == "resolved"
-    assert all(i.id != inc["id"] for st in p.classifier.streams.values() for i in st.incidents)
+    assert all(i.id != inc["id"] for st in p.tracker.streams.values() for i in st.incidents)
 
 
 # ---- silences and feedback -----------------------------------------------------------------

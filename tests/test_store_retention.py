@@ -116,9 +116,13 @@ def test_retention_forgets_old_resolved_incidents_and_idle_streams(
     assert count(store, outbox, outbox.c.incident_id == gone) == 2
     assert count(store, deliveries, deliveries.c.incident_id == gone) == 2
 
-    assert store.prune_retention(incident_days=0, stream_days=0) == {"incidents": 0, "streams": 0}
+    assert store.prune_retention(incident_days=0, stream_days=0) == {
+        "incidents": 0,
+        "streams": 0,
+        "workloads": 0,
+    }
     out = store.prune_retention()
-    assert out == {"incidents": 1, "streams": 1}
+    assert out == {"incidents": 1, "streams": 1, "workloads": 0}
     assert ids(store) == {recent, still_open, with_feedback, undelivered, unexpanded}
     assert count(store, outbox, outbox.c.incident_id == gone) == 0
     assert count(store, deliveries, deliveries.c.incident_id == gone) == 0
@@ -129,7 +133,7 @@ def test_retention_forgets_old_resolved_incidents_and_idle_streams(
             "load/open-0/vllm",
         }
     assert store.get_incident(recent)["deliveries"]  # untouched
-    assert store.prune_retention() == {"incidents": 0, "streams": 0}
+    assert store.prune_retention() == {"incidents": 0, "streams": 0, "workloads": 0}
 
     # once delivered, the held-back incident goes at the next prune
     for c in store.claim_deliveries("hook", "t", lease_s=60, group_wait_s=0, limit=50):

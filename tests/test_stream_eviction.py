@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import time
 
-from service.classify.engine import MAX_WORKLOADS, Classifier
+from service.classify.engine import Classifier
 from service.classify.rulebook import RuleBook
+from service.classify.tracker import StreamTracker
+from service.classify.workload import MAX_WORKLOADS
 from service.pipeline import Pipeline
 from service.records import LogRecord
 from service.store import Store
@@ -21,7 +23,7 @@ def make(**kw) -> Classifier:
 
 
 def test_idle_streams_are_evicted_and_their_state_comes_back(store: Store) -> None:
-    p = Pipeline(store, make, idle_evict_s=60.0)
+    p = Pipeline(store, make(), idle_evict_s=60.0)
     kv = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/kv/vllm")
     healthy = kafka_records(REAL / "healthy-idle-sigint.cri.log", stream="ns/ok/vllm", partition=1)
     p.process(kv, "kafka")
@@ -36,13 +38,13 @@ def test_idle_streams_are_evicted_and_their_state_comes_back(store: Store) -> No
         )
     ]
     p.process(starting, "http")
-    before = {k: p.classifier.streams[k].to_dict() for k in ("ns/kv/vllm", "ns/ok/vllm")}
-    incident = p.classifier.streams["ns/kv/vllm"].incidents[0].id
+    before = {k: p.tracker.streams[k].to_dict() for k in ("ns/kv/vllm", "ns/ok/vllm")}
+    incident = p.tracker.streams["ns/kv/vllm"].incidents[0].id
 
     assert p.evict_idle(time.monotonic() + 30) == 0  # nothing idle long enough yet
     gone = p.evict_idle(time.monotonic() + 120)
-    assert gone == 2 and set(p.classifier.streams) == {"ns/new/vllm"}  # still starting: kept
-    assert p.evict_idle(time.monotonic() + 120 + 7200) == 1 and not p.classifier.streams
+    assert gone == 2 and set(p.tracker.streams) == {"ns/new/vllm"}  # still starting: kept
+    assert p.evict_idle(time.monotonic() + 120 + 7200) == 1 and not p.tracker.streams
 
     # the next line of the failed stream continues its stored state and incident
     st = p.classifier.state("ns/kv/vllm")
@@ -59,12 +61,12 @@ def test_idle_streams_are_evicted_and_their_state_comes_back(store: Store) -> No
         ],
         "http",
     )
-    assert p.classifier.streams["ns/kv/vllm"].incidents[0].id == incident
+    assert p.tracker.streams["ns/kv/vllm"].incidents[0].id == incident
     assert p.counters["evicted"] == 3
 
 
 def test_the_in_memory_cap_holds(store: Store) -> None:
-    p = Pipeline(store, make, max_streams=5)
+    p = Pipeline(store, make(), max_streams=5)
     for i in range(12):
         p.process(
             [
@@ -78,12 +80,12 @@ def test_the_in_memory_cap_holds(store: Store) -> None:
             ],
             "http",
         )
-    assert sorted(p.classifier.streams) == sorted(f"ns/p{i}/vllm" for i in range(7, 12))
+    assert sorted(p.tracker.streams) == sorted(f"ns/p{i}/vllm" for i in range(7, 12))
 
 
-def test_last_good_facts_are_capped() -> None:
-    clf = Classifier(RB)
+def test_workloads_in_memory_are_capped_without_a_store() -> None:
+    tracker = StreamTracker()
     for i in range(MAX_WORKLOADS + 3):
-        clf._remember_good(f"w{i}", {"image": "x"})
-    assert len(clf.last_good) == MAX_WORKLOADS and "w0" not in clf.last_good
-    assert f"w{MAX_WORKLOADS + 2}" in clf.last_good
+        tracker.workload(f"w{i}").last_good = {"image": "x"}
+    assert len(tracker.workloads) == MAX_WORKLOADS and "w0" not in tracker.workloads
+    assert f"w{MAX_WORKLOADS + 2}" in tracker.workloads

@@ -149,5 +149,5 @@ def test_stats_lines_of_the_cpu_build_and_newer_fields_are_read() -> None:
         "waiting to start, 1 in progress, 0 completed waiting, Preemptions: 4, CPU KV cache "
         "usage: 99.2%, Prefix cache hit rate: 0.0%"
     )
-    (j,) = serving.judge(line, state, prefix_caching_expected=False)
+    (j,) = serving.judge(line, state, False, RuleBook().judgements.serving)
     assert j.rule == "requests-preempted" and "CPU KV cache usage 99.2%" in j.detail

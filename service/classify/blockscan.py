@@ -29,8 +29,8 @@ from typing import Any
 import ahocorasick
 
 from service import metrics
-from service.classify.engine import Change, Classifier
-from service.classify.incident import MAX_EVIDENCE, Incident
+from service.classify.engine import Classifier
+from service.classify.incident import MAX_EVIDENCE, Change, Incident
 from service.classify.stream_state import STARTING
 from service.ingest.container_lines import split_cri
 from service.ingest.envelope import MAX_LINE, Format, decode_line
@@ -191,7 +191,7 @@ def classify_file(
     def feed(line: str) -> None:
         nonlocal lines_in
         lines_in += 1
-        cur = clf.streams.get(key)
+        cur = clf.tracker.streams.get(key)
         if (
             plain
             and cur is not None
@@ -204,7 +204,7 @@ def classify_file(
             _collect(seen, clf.feed_text(cur, line, t))
             return
         for rec in decode(line):
-            cur = clf.streams.get(rec.stream)
+            cur = clf.tracker.streams.get(rec.stream)
             if rec.time is None and (cur is None or cur.status == STARTING):
                 rec.time = line_time(rec.text, year)
             _collect(seen, clf.feed(rec))

@@ -16,23 +16,13 @@ from typing import Any
 
 from service.classify.finding import Finding
 from service.classify.incident import Incident
+from service.classify.rules import load_judgements
 from service.classify.workload import workload_key
 from service.taxonomy import tier_of
 
-# Categories whose failures typically hit many nodes at once (a driver branch, an image, a
-# network fabric); capacity and config failures are per-workload and page on their own.
-FLEET_PRONE = frozenset(
-    {
-        "driver_incompatible",
-        "gpu_not_visible",
-        "arch_unsupported",
-        "library_mismatch",
-        "nccl_error",
-        "mlx5_registration",
-        "internode_network",
-        "backend_kernel",
-    }
-)
+# Categories whose failures typically hit many nodes at once (rules/judgements.yaml
+# fleet.prone_categories, as shipped); capacity and config failures page on their own.
+FLEET_PRONE = frozenset(load_judgements().fleet.prone_categories)
 # What the members may share, most specific first (the first key reaching the threshold wins).
 KEYS = ("driver_branch", "image", "node_pool", "nccl_version", "namespace")
 _POOL_LABELS = (

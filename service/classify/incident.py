@@ -1,4 +1,5 @@
-"""An incident: one failure of one workload, root cause first, cascades attached."""
+"""An incident: one failure of one workload, root cause first, cascades attached; and a
+:class:`Change` of one, what the classifier hands the pipeline for every line it judged."""
 
 from __future__ import annotations
 
@@ -152,3 +153,15 @@ def _cascade_key(f: Finding) -> tuple[str | None, str]:
     if f.rule:
         return f.rule, f.category
     return None, f"{f.category}:{f.template or mask(f.line)[:160]}"
+
+
+@dataclass(slots=True)
+class Change:
+    """An incident changed: ``opened``, ``updated`` (root cause changed, or it became a
+    crash loop), ``resolved``, or ``evidence`` (more lines attached, or one more restart that
+    failed the same way; stored, not notified). ``also``: other streams whose state the
+    change touched (an incident that followed its workload from a replaced pod)."""
+
+    kind: str
+    incident: Incident
+    also: tuple[str, ...] = ()

@@ -15,34 +15,37 @@ as a finding of the stream's current run; anything else is evidence of the open 
   another; without one it opens a low-priority ``unknown`` symptom a root cause replaces.
 * The first line of one of the pod's containers resolves an open scheduling incident of
   the pod's own stream (``namespace/pod``): the pod was scheduled after all.
+
+The engine drives these steps (:func:`route`, :func:`read`, :func:`crash_loop_backoff`,
+:func:`pod_started`) and attaches what the signatures find as it does for a log line.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from service.classify import restarts
+from service.classify.incident import Change, Incident
 from service.classify.judgements.playbook import restart_advice
+from service.classify.rules import Signature
+from service.classify.stream_state import StreamState
 from service.parse import line as L
 from service.records import LogRecord
 
-if TYPE_CHECKING:
-    from service.classify.engine import Change, Classifier
-    from service.classify.incident import Incident
-    from service.classify.stream_state import StreamState
-
 MAX_SEEN = 256  # evidence ids remembered per stream
 SCHEDULING_RULES = frozenset(("k8s-failed-scheduling", "k8s-failed-scheduling-gpu"))
+CRASH_LOOP_RULE = "k8s-crash-loop-backoff"
 
 
-def route(clf: Classifier, rec: LogRecord) -> None:
+def route(rec: LogRecord, streams: Mapping[str, StreamState]) -> None:
     """Point a pod-only record at the pod's known stream (``rec.stream`` is changed)."""
     kube = rec.meta.get("kube") or {}
     if not kube.get("pod_only"):
         return
     prefix = rec.stream + "/"
     best: StreamState | None = None
-    for key, st in clf.streams.items():  # pod-only records are rare: a scan is fine
+    for key, st in streams.items():  # pod-only records are rare: a scan is fine
         if not key.startswith(prefix):
             continue
         if best is None or _rank(st) > _rank(best):
@@ -63,73 +66,62 @@ def _open_critical(st: StreamState) -> Incident | None:
     )
 
 
-def feed(clf: Classifier, rec: LogRecord) -> list[Change]:
-    """Classify one Kubernetes evidence record (called by :meth:`Classifier.feed`)."""
-    from service.classify.engine import Change, _merge_meta
-
-    route(clf, rec)
-    meta = dict(rec.meta)
-    kube: dict[str, Any] = meta.pop("kube", None) or {}
-    st = clf.state(rec.stream, meta)
-    if meta.get("node") != st.meta.get("node") or not st.facts:
-        _merge_meta(st, meta, clf.rules)
+def read(st: StreamState, kube: dict[str, Any], text: str, time: float | None) -> L.Line | None:
+    """The evidence line of one record for stream ``st`` (counted on it), or None: seen
+    before, or a lifecycle record (its pod ended or was created: noted for
+    :mod:`service.classify.restarts`) with nothing to read."""
     seen: list[str] = st.extra.setdefault("kube_seen", [])
     evidence_id = kube.get("id")
     if evidence_id:
         if evidence_id in seen:
-            return []
+            return None
         seen.append(evidence_id)
         del seen[:-MAX_SEEN]
-    time = rec.time
-    if time is None and clf.clock is not None:
-        time = clf.clock()
     if kube.get("life"):
         restarts.note_life(st, kube["life"], time)
         if kube.get("life_only"):  # a controller's or the pod's lifecycle: nothing to read
-            return []
-    clf.lines += 1
+            return None
     st.seq += 1
     if time is not None and (st.last_time is None or time > st.last_time):
         st.last_time = time
-    line = L.parse_line(rec.text, pasted=False)
-    changes: list[Change] = []
+    return L.parse_line(text, pasted=False)
 
-    hits = clf.rules.scan(line.message)
-    sigs = hits.signatures
-    crash_loop = any(s.id == "k8s-crash-loop-backoff" for s, _ in sigs)
+
+def crash_loop_backoff(
+    st: StreamState,
+    line: L.Line,
+    sigs: list[tuple[Signature, Any]],
+    playbook: dict[str, Any],
+    time: float | None,
+) -> list[Change] | None:
+    """A crash-loop back-off alone on a stream with an open failure confirms that failure's
+    crash loop (the changes); None when the line is to be classified as any other."""
     inc = _open_critical(st)
-    if crash_loop and inc is not None and len(sigs) == 1:
-        inc.note(line.text)
-        if not inc.extra.get("crash_loop"):  # (one the engine saw itself is left as it is)
-            helps, why = restart_advice(inc.category, clf.playbook)
-            inc.extra["crash_loop"] = True
-            inc.extra["crash_loop_source"] = "kubernetes"
-            inc.extra["restart_helps"] = helps
-            inc.extra["note"] = (
-                "crash loop: Kubernetes backs off restarting the container; "
-                + ("restarting will not help: " if not helps else "restarting has not helped: ")
-                + why
-            )
-            inc.updated_at = time
-            changes.append(Change("updated", inc))
-        else:
-            changes.append(Change("evidence", inc))
-        return changes
-    finding = clf._finding(st, line, sigs, time) if sigs else None
-    if finding is not None:
-        clf._attach(st, finding, changes)
-    else:
-        clf._note(st, line, changes)
-    return changes
+    if inc is None or len(sigs) != 1 or sigs[0][0].id != CRASH_LOOP_RULE:
+        return None
+    inc.note(line.text)
+    if inc.extra.get("crash_loop"):  # (one the engine saw itself is left as it is)
+        return [Change("evidence", inc)]
+    helps, why = restart_advice(inc.category, playbook)
+    inc.extra["crash_loop"] = True
+    inc.extra["crash_loop_source"] = "kubernetes"
+    inc.extra["restart_helps"] = helps
+    inc.extra["note"] = (
+        "crash loop: Kubernetes backs off restarting the container; "
+        + ("restarting will not help: " if not helps else "restarting has not helped: ")
+        + why
+    )
+    inc.updated_at = time
+    return [Change("updated", inc)]
 
 
-def pod_started(clf: Classifier, st: StreamState, time: float | None) -> list[Change]:
+def pod_started(
+    st: StreamState, streams: Mapping[str, StreamState], time: float | None
+) -> list[Change]:
     """A container stream of a pod just appeared: the pod's open scheduling incident (on
     ``namespace/pod``, in memory) is resolved."""
-    from service.classify.engine import Change
-
     ns, pod = st.meta.get("namespace"), st.meta.get("pod")
-    placeholder = clf.streams.get(f"{ns}/{pod}") if ns and pod else None
+    placeholder = streams.get(f"{ns}/{pod}") if ns and pod else None
     if placeholder is None or placeholder is st:
         return []
     restarts.inherit_life(st, placeholder)

@@ -7,7 +7,9 @@ templates rather than raw strings; the mined template is returned with each obse
 
 A message is *novel* when drain3 created a new cluster for it. Memory is bounded: at most
 ``max_clusters`` templates are kept (least-recently-used ones are evicted, so a template
-evicted long ago can be reported as novel once more).
+evicted long ago can be reported as novel once more). The service saves the templates with
+the streams' state (:attr:`NoveltyDetector.changed` says a new one appeared since the last
+save) and gives them back at start (:meth:`NoveltyDetector.restore`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from drain3 import TemplateMiner
 from drain3.template_miner_config import TemplateMinerConfig
@@ -54,6 +57,7 @@ class NoveltyDetector:
         self.state_path = Path(state_path) if state_path is not None else None
         self._lock = threading.Lock()
         self._miner = self._new_miner()
+        self.changed = False  # a template appeared since the state was last saved
         if self.state_path is not None and self.state_path.exists():
             self.load(self.state_path)
 
@@ -82,7 +86,10 @@ class NoveltyDetector:
             return "", False
         with self._lock:
             result = self._miner.add_log_message(masked)
-        return result["template_mined"], result["change_type"] == "cluster_created"
+        novel = result["change_type"] == "cluster_created"
+        if novel:
+            self.changed = True
+        return result["template_mined"], novel
 
     def templates(self) -> list[tuple[str, int]]:
         """Known templates with their sizes, most frequent first."""
@@ -118,12 +125,18 @@ class NoveltyDetector:
 
     def load(self, path: Path | str) -> None:
         """Replace the state with the one in ``path`` (JSON written by :meth:`save`)."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        try:
+            self.restore(json.loads(Path(path).read_text(encoding="utf-8")))
+        except ValueError as exc:
+            raise ValueError(f"{exc} in {path}") from None
+
+    def restore(self, data: Any) -> None:
+        """Replace the state with ``data`` (a :meth:`to_dict`)."""
         if not isinstance(data, dict) or data.get("version") != _STATE_VERSION:
-            raise ValueError(f"unsupported novelty state in {path}")
+            raise ValueError("unsupported novelty state")
         clusters = data.get("clusters", [])
         if not isinstance(clusters, list):
-            raise ValueError(f"bad novelty state in {path}")
+            raise ValueError("bad novelty state")
         miner = self._new_miner()
         for entry in clusters[-self.max_clusters :]:
             template = str(entry["template"])

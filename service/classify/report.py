@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from service.classify import blockscan
-from service.classify.engine import Change, Classifier
-from service.classify.incident import Incident
+from service.classify.engine import Classifier
+from service.classify.incident import Change, Incident
 from service.classify.stream_state import STARTING
 from service.ingest.envelope import Format
 from service.ingest.timestamps import line_time
@@ -70,7 +70,7 @@ def _by_stream(
     last: dict[str, str] = {}
     for rec in records:
         if rec.time is None:
-            st = clf.streams.get(rec.stream)
+            st = clf.tracker.streams.get(rec.stream)
             if st is None or st.status == STARTING:
                 rec.time = line_time(rec.text, year)
             else:

@@ -15,18 +15,31 @@ StatefulSet and LeaderWorkerSet pods keep their name when replaced (the same str
 container), so they never need this. Without evidence, replicas stay apart: each failure is
 its own incident. The evidence is kept on the pods' streams (``extra.pod_life``), so it is
 saved and reloaded with them.
+
+Above that evidence, :class:`Restarts` judges the first failure of a restarted run: the same
+failure again (the open incident counts one more restart and attempt, a crash loop at the
+configured count), a different one (a new incident linked to the one before), or, while only
+a cascade or an unknown error is known, not decided yet (``pending``: settled once the root
+cause is known or the attempt ends). The open failures of each workload on each node are
+indexed in its :class:`WorkloadState` (saved with the streams), so a replacement pod finds
+its predecessor's - after a restart of the service too.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Protocol
 
-from service.classify.incident import Incident
+from service.classify.finding import Finding
+from service.classify.incident import Change, Incident
+from service.classify.judgements.playbook import restart_advice
 from service.classify.stream_state import FAILED, STOPPED, StreamState
+from service.classify.workload import WorkloadState, restart_unit
 
 ENDED, CREATED = "ended", "created"
 # clock skew allowed between the API server's event times and the node's log times
 SKEW_S = 2.0
+MAX_ATTEMPTS_KEPT = 20  # attempts listed in an incident's timeline (the count goes on)
 
 
 def note_life(st: StreamState, life: str, time: float | None) -> None:
@@ -60,3 +73,222 @@ def evidence(old: StreamState, new: StreamState, failure: Incident) -> int:
         at, failed = created[CREATED], failure.opened_at
         return 1 if at is None or failed is None or at + SKEW_S >= failed else 0
     return 0
+
+
+class Streams(Protocol):
+    """The streams a restart may continue (:class:`~service.classify.tracker.StreamTracker`)."""
+
+    def find(self, key: str) -> StreamState | None: ...
+
+    def workload(self, key: str) -> WorkloadState: ...
+
+    def changed(self, key: str) -> None: ...
+
+
+class Restarts:
+    """Restart judgements over the streams and their workloads (``streams``)."""
+
+    def __init__(
+        self, streams: Streams, playbook: dict[str, Any], crash_loop_attempts: int
+    ) -> None:
+        """``crash_loop_attempts``: failed starts, the same way, that make a crash loop."""
+        self.streams = streams
+        self.playbook = playbook
+        self.crash_loop_attempts = max(2, int(crash_loop_attempts))
+
+    def priors(self, st: StreamState) -> list[Incident]:
+        """Open failures of earlier runs of this workload, latest first: this stream's, then
+        those of a pod this one replaced (:meth:`replaced_priors`)."""
+        mine = [
+            i
+            for i in st.incidents
+            if i.status == "open"
+            and i.severity == "critical"
+            and i.run < st.run
+            and "pending_restart_of" not in i.extra
+        ]
+        mine.sort(key=lambda i: i.run, reverse=True)
+        return mine + self.replaced_priors(st)
+
+    def replaced_priors(self, st: StreamState) -> list[Incident]:
+        """Open failures of pods ``st``'s pod replaced (same workload on the same node, and
+        Kubernetes said so: :func:`evidence`), the strongest evidence only."""
+        unit = restart_unit(st.key, st.meta)
+        if unit is None:
+            return []
+        w = self.streams.workload(unit[0])
+        ids = w.failures.get(unit[1])
+        if not ids:
+            return []
+        out: list[tuple[int, Incident]] = []
+        for iid, key in reversed(list(ids.items())):  # latest failure first
+            if key == st.key:
+                continue
+            other = self.streams.find(key)  # (loaded when it is not in memory)
+            inc = (
+                None
+                if other is None
+                else next((i for i in other.incidents if i.id == iid and i.status == "open"), None)
+            )
+            if other is None or inc is None:
+                del ids[iid]
+                self.streams.changed(w.key)
+                continue
+            # replaced, not a replica beside it: only Kubernetes' word counts, never timing
+            strength = evidence(other, st, inc)
+            if strength:
+                out.append((strength, inc))
+        best = max((s for s, _ in out), default=0)  # a pod that ended beats "some pod"
+        return [inc for s, inc in out if s == best]
+
+    def announce(self, st: StreamState, inc: Incident, changes: list[Change]) -> None:
+        """``inc`` is opened: remembered as the workload's latest failure, so a restart that
+        fails the same way continues it."""
+        st.extra["last_failure"] = {**link(inc), "run": st.run, "started": st.first_time}
+        self._index(st, inc)
+        changes.append(Change("opened", inc))
+
+    def _index(self, st: StreamState, inc: Incident) -> None:
+        """``inc`` is an open failure of the workload ``st`` runs, on its node."""
+        unit = restart_unit(st.key, st.meta)
+        if not unit:
+            return
+        w = self.streams.workload(unit[0])
+        ids = w.failures.pop(unit[1], None) or {}
+        ids[inc.id] = st.key
+        w.failures[unit[1]] = ids  # most recently failed last
+        self.streams.changed(w.key)
+
+    def settle(
+        self, st: StreamState, changes: list[Change], final: bool
+    ) -> tuple[Incident, Incident] | None:
+        """Judge a restart's pending incident once its root cause is known (a cause with a
+        category), or at the end of the attempt (``final``): the same category as an open
+        failure of the workload → that incident counts one more restart; another category →
+        announced as a new incident; still unknown at the end → the same failure again.
+        Returns (pending incident, the one it was folded into) when it was folded."""
+        pend = st.extra.get("pending") or {}
+        inc = next((i for i in st.incidents if i.id == pend.get("incident")), None)
+        if inc is None or inc.status != "open" or "pending_restart_of" not in inc.extra:
+            st.extra.pop("pending", None)
+            return None
+        priors = [p for p in self.priors(st) if p is not inc]
+        same = next((p for p in priors if p.category == inc.category), None)
+        decisive = inc.primary.role == "cause" and inc.category != "unknown"
+        if same is None and not decisive and not final:
+            return None
+        st.extra.pop("pending", None)
+        del inc.extra["pending_restart_of"]
+        changes[:] = [c for c in changes if c.incident is not inc]  # said nothing yet
+        if same is None and inc.category == "unknown" and priors:
+            same = priors[0]
+        if same is None:
+            self.announce(st, inc, changes)
+            return None
+        st.incidents.remove(inc)
+        st.runs_failed -= 1
+        self.fold(st, inc.primary, same, changes, inc.related, at=inc.opened_at)
+        return inc, same
+
+    def fold(
+        self,
+        st: StreamState,
+        f: Finding,
+        prior: Incident,
+        changes: list[Change],
+        others: Iterable[Finding] = (),
+        at: float | None = None,
+    ) -> Incident:
+        """The workload failed the same way again: one more restart of ``prior`` (moved to
+        this stream when a replacement pod failed), a crash loop at the configured count.
+        Only the change into a crash loop (or a new root cause) is notified."""
+        also: tuple[str, ...] = ()
+        if "attempts" not in prior.extra:  # the first restart: the first attempt too
+            home = st if prior.stream == st.key else self.streams.find(prior.stream)
+            first = (home.extra.get("last_failure") or {}) if home is not None else {}
+            prior.extra["attempts"] = [
+                attempt(
+                    1,
+                    prior.run,
+                    prior.stream,
+                    prior.meta,
+                    first.get("started") if first.get("id") == prior.id else None,
+                    prior.opened_at,
+                    prior.stage,
+                )
+            ]
+        attempts = prior.extra["attempts"]
+        if prior.stream != st.key:
+            also = (prior.stream,)
+            old = self.streams.find(prior.stream)
+            if old is not None and prior in old.incidents:
+                old.incidents.remove(prior)
+            prior.stream = st.key
+            prior.meta = dict(st.meta)
+            st.incidents.append(prior)
+        prior.restarts += 1
+        prior.run = st.run
+        at = f.time if at is None else at
+        attempts.append(
+            attempt(prior.restarts + 1, st.run, st.key, st.meta, st.first_time, at, f.stage)
+        )
+        del attempts[1 : -(MAX_ATTEMPTS_KEPT - 1)]  # the first attempt and the latest ones
+        prior.updated_at = at
+        prior.timeline = dict(st.timeline)
+        kind = "evidence"
+        for finding in (f, *others):
+            if prior.add(finding):
+                kind = "updated"
+        if prior.restarts + 1 >= self.crash_loop_attempts:
+            if not prior.extra.get("crash_loop"):
+                kind = "updated"
+            self.crash_loop(prior)
+        st.status = FAILED
+        st.runs_failed += 1
+        st.extra["last_failure"] = {**link(prior), "run": st.run, "started": st.first_time}
+        self._index(st, prior)
+        changes.append(Change(kind, prior, also))
+        return prior
+
+    def crash_loop(self, inc: Incident) -> None:
+        """Mark ``inc`` a crash loop, saying whether restarting can help."""
+        attempts = inc.restarts + 1
+        helps, why = restart_advice(inc.category, self.playbook)
+        inc.extra["crash_loop"] = True
+        inc.extra["crash_loop_at"] = self.crash_loop_attempts
+        inc.extra["restart_helps"] = helps
+        inc.extra["note"] = (
+            f"crash loop: failed the same way {attempts} times ("
+            f"{inc.restarts} restart{'s' if inc.restarts != 1 else ''}); "
+            + ("restarting will not help: " if not helps else "restarting has not helped: ")
+            + why
+        )
+
+
+def link(inc: Incident) -> dict[str, Any]:
+    """How a later incident names the one before it."""
+    return {"id": inc.id, "category": inc.category, "stage": inc.stage, "restarts": inc.restarts}
+
+
+def attempt(
+    n: int,
+    run: int,
+    stream: str,
+    meta: dict[str, Any],
+    started: float | None,
+    failed: float | None,
+    stage: str,
+) -> dict[str, Any]:
+    """One failed start in an incident's ``extra.attempts`` timeline."""
+    out: dict[str, Any] = {
+        "attempt": n,
+        "run": run,
+        "stream": stream,
+        "started": started,
+        "failed": failed,
+        "stage": stage,
+    }
+    for key in ("pod", "container_id", "node"):
+        if meta.get(key):
+            out[key] = meta[key]
+    return {k: v for k, v in out.items() if v is not None}

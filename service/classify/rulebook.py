@@ -1,5 +1,6 @@
 """Every per-line pattern (stages, status markers, facts, signatures) behind ONE literal
-prefilter, so a benign serving line costs a single automaton scan."""
+prefilter, so a benign serving line costs a single automaton scan; and the rest of the rule
+data the classifier reads (benign exceptions, the judgements of ``judgements.yaml``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import regex
 from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
 from service.classify.rules import (
     RULES_DIR,
+    JudgementRules,
     Signature,
     load_benign,
+    load_benign_exceptions,
     load_fact_rules,
+    load_judgements,
     load_signatures,
     load_stage_rules,
 )
@@ -70,10 +74,14 @@ class RuleBook:
         with_signatures: bool = True,
         exclude: frozenset[str] = frozenset(),
         signatures: list[Signature] | None = None,
+        judgements: JudgementRules | None = None,
     ) -> None:
         """``signatures``: the rules in effect (extra directories, disabled and overridden
-        rules: :func:`service.classify.ruletest.load_rule_set`); default: the shipped ones."""
+        rules: :func:`service.classify.ruletest.load_rule_set`); default: the shipped ones.
+        ``judgements``: likewise (a team's ``judgements.yaml`` merged on the shipped one)."""
         self.rules_dir = rules_dir
+        self.judgements = judgements or load_judgements(rules_dir)
+        self.benign_exceptions = load_benign_exceptions(rules_dir)
         if not with_signatures:
             sigs = []
         else:

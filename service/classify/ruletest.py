@@ -1,11 +1,13 @@
 """Rules a team adds without a fork: extra signature directories, rules disabled or
-overridden by id, and every rule's own examples run as a test.
+overridden by id, its own judgements, and every rule's own examples run as a test.
 
 An extra directory holds ``*.yaml`` files (directly or under ``signatures/``) in the schema of
 ``rules/signatures/*.yaml``: a ``signatures:`` list, each rule with ``examples.match`` and
 ``examples.no_match``. A rule whose id is a shipped rule's replaces it; ``disabled`` ids are
-left out; ``overrides`` replace fields of a rule by id (validated as the rule itself). The
-same checks serve ``vllm-sentinel rules test DIR``, ``check-config`` and start-up.
+left out; ``overrides`` replace fields of a rule by id (validated as the rule itself). A
+``judgements.yaml`` at the top of the directory overrides keys of the shipped
+``rules/judgements.yaml`` (:func:`service.classify.rules.load_judgements`). The same checks
+serve ``vllm-sentinel rules test DIR``, ``check-config`` and start-up.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import yaml
 from pydantic import ValidationError
 
 from service.classify.rulebook import RuleBook
-from service.classify.rules import RULES_DIR, Signature
+from service.classify.rules import RULES_DIR, JudgementRules, Signature, load_judgements
 from service.parse.line import parse_line
 
 SHIPPED, ADDED, REPLACED, OVERRIDDEN = "shipped", "added", "replaced", "overridden"
+JUDGEMENTS = "judgements.yaml"  # a team's overrides of rules/judgements.yaml, not signatures
 
 
 class RuleLoadError(ValueError):
@@ -36,20 +39,45 @@ class RuleLoadError(ValueError):
 
 @dataclass
 class RuleSet:
-    """The signatures in effect, and where each came from."""
+    """The signatures in effect, and where each came from; the judgements in effect (None:
+    the shipped ones) and the team files they came from."""
 
     signatures: list[Signature]
     source: dict[str, str] = field(default_factory=dict)  # id → file it was read from
     status: dict[str, str] = field(default_factory=dict)  # id → shipped / added / ...
     disabled: list[str] = field(default_factory=list)
+    judgements: JudgementRules | None = None
+    judgement_files: list[str] = field(default_factory=list)
+
+    def rulebook(self) -> RuleBook:
+        """The rule book of these rules."""
+        return RuleBook(signatures=self.signatures, judgements=self.judgements)
 
 
 def _files(directory: Path) -> list[Path]:
     found: list[Path] = []
     for base in (directory, directory / "signatures"):
         for pattern in ("*.yaml", "*.yml"):
-            found.extend(sorted(base.glob(pattern)))
+            found.extend(p for p in sorted(base.glob(pattern)) if p != directory / JUDGEMENTS)
     return found
+
+
+def _judgements(rules_dir: Path, teams: list[Path], problems: list[str]) -> JudgementRules | None:
+    """The shipped judgements with the teams' files merged on (None: no team file)."""
+    if not teams:
+        return None
+    try:
+        return load_judgements(rules_dir, teams)
+    except ValidationError as exc:
+        where = ", ".join(str(t) for t in teams)
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            problems.append(
+                f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
+            )
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        problems.append(f"{JUDGEMENTS}: cannot read: {exc}")
+    return None
 
 
 def _read(path: Path, problems: list[str]) -> list[Signature]:
@@ -104,13 +132,16 @@ def load_rule_set(
             rs.source[sig.id] = str(path.relative_to(rules_dir.parent))
             rs.status[sig.id] = SHIPPED
     added: dict[str, str] = {}
+    teams: list[Path] = []
     for d in dirs:
         directory = Path(d)
         if not directory.is_dir():
             problems.append(f"{d}: not a directory")
             continue
         files = _files(directory)
-        if not files:
+        if (directory / JUDGEMENTS).is_file():
+            teams.append(directory / JUDGEMENTS)
+        elif not files:
             problems.append(f"{d}: no *.yaml rule files (directly or under signatures/)")
         for path in files:
             for sig in _read(path, problems):
@@ -146,6 +177,8 @@ def load_rule_set(
             continue
         del by_id[rid]
         rs.disabled.append(rid)
+    rs.judgements = _judgements(rules_dir, teams, problems)
+    rs.judgement_files = [str(t) for t in teams]
     if problems:
         raise RuleLoadError(problems)
     rs.signatures = list(by_id.values())
@@ -156,7 +189,7 @@ def run_examples(rule_set: RuleSet, *, only_added: bool = False) -> list[str]:
     """Every rule's own examples, as the shipped rules are tested: each ``match`` example is
     matched by the rule and no ``no_match`` example is. One line per failure."""
 
-    rb = RuleBook(signatures=rule_set.signatures)
+    rb = rule_set.rulebook()
     failures = []
     for sig in rule_set.signatures:
         if only_added and rule_set.status.get(sig.id) == SHIPPED:

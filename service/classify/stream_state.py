@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.classify.facts import CudaTable
 from service.classify.incident import Incident
 
 # Stream status.
@@ -70,3 +71,19 @@ class StreamState:
         d = dict(d)
         d["incidents"] = [Incident.from_dict(i) for i in d.get("incidents", [])]
         return cls(**d)
+
+
+def merge_meta(st: StreamState, meta: dict[str, Any], cuda: CudaTable) -> None:
+    """A record's metadata into its stream's (empty values, ``fd`` and ``tag`` left out), and
+    what it tells as facts: image, node, namespace, pod, container, the image's CUDA."""
+    for k, v in meta.items():
+        if v and k not in ("fd", "tag") and st.meta.get(k) != v:
+            st.meta[k] = v
+    for key in ("image", "node", "namespace", "pod", "container"):
+        if meta.get(key):
+            st.facts.setdefault(key, str(meta[key]))
+    image = meta.get("image")
+    if image and "image_cuda" not in st.facts:
+        cuda_version = cuda.image_cuda(str(image))
+        if cuda_version:
+            st.facts["image_cuda"] = cuda_version

@@ -1,9 +1,14 @@
-"""Which workload a stream belongs to, and what changed since its last healthy start."""
+"""Which workload a stream belongs to, what its pods share (:class:`WorkloadState`: the facts
+of its last good start, its open failures per node), and what changed since its last healthy
+start."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
+
+MAX_WORKLOADS = 100_000  # workloads kept in memory without a store (least recently used go)
 
 # Deployment pods: <name>-<replicaset hash>-<5 chars>; StatefulSet: <name>-<ordinal>;
 # LeaderWorkerSet workers: <name>-<group>-<worker>; Job pods: <name>-<5 chars>.
@@ -71,20 +76,22 @@ def workload_key(stream: str, meta: dict[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{base}/{meta.get('container', '')}"
 
 
-def restart_unit(stream: str, meta: dict[str, Any]) -> str | None:
+def restart_unit(stream: str, meta: dict[str, Any]) -> tuple[str, str] | None:
     """What restarts of one workload share across pods: the workload on its node
-    (``namespace/workload/container@node``, as fleets count members), so a pod that replaces
-    another (a rollout, a Job retry, a deleted pod) continues its failure, and replicas on
-    other nodes stay apart. None without Kubernetes metadata (only the stream's own runs)."""
+    (:func:`workload_key`, node; as fleets count members), so a pod that replaces another (a
+    rollout, a Job retry, a deleted pod) continues its failure, and replicas on other nodes
+    stay apart. None without Kubernetes metadata (only the stream's own runs)."""
     pod = meta.get("pod")
     if not pod:
         return None
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    labels = meta.get("labels")
+    if not isinstance(labels, dict):
+        labels = {}
     if _ORDINAL.match(str(pod)[:253]) and "pod-template-hash" not in labels:
         # StatefulSet / LeaderWorkerSet pods keep their name when replaced (the same stream,
         # a new container): another ordinal is another replica, never a replacement
         return None
-    return f"{workload_key(stream, meta)}@{meta.get('node') or ''}"
+    return workload_key(stream, meta), str(meta.get("node") or "")
 
 
 def diff_facts(last_good: dict[str, str] | None, now: dict[str, str]) -> dict[str, list[Any]]:
@@ -97,3 +104,27 @@ def diff_facts(last_good: dict[str, str] | None, now: dict[str, str]) -> dict[st
         if a != b and (a is not None or b is not None):
             out[key] = [a, b]
     return out
+
+
+@dataclass(slots=True)
+class WorkloadState:
+    """What the pods of one workload (:func:`workload_key`) share, saved beside their
+    streams: the facts of its last start that got ready (so a failing start says what
+    changed since), and its open failures on each node (restart units: node → {incident id:
+    stream}, most recently failed last), so a pod that replaced another continues its
+    failure."""
+
+    key: str
+    last_good: dict[str, str] | None = None
+    failures: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "last_good": self.last_good, "failures": self.failures}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> WorkloadState:
+        return cls(
+            key=str(d["key"]),
+            last_good=d.get("last_good"),
+            failures={str(n): dict(ids) for n, ids in (d.get("failures") or {}).items()},
+        )

@@ -11,7 +11,7 @@ NOTIFIABLE = ("opened", "updated", "resolved")
 
 class StaleBatch(Exception):  # noqa: N818 - a condition, not an error
     """A source position moved since the batch was read (another consumer applied it), or a
-    stream snapshot changed since it was loaded (another replica wrote it)."""
+    stream or workload snapshot changed since it was loaded (another replica wrote it)."""
 
 
 class DuplicateChunk(Exception):  # noqa: N818
@@ -53,13 +53,25 @@ class BatchEffects:
     stream_versions: dict[str, int | None] = field(default_factory=dict)
     # records whose classification raised (rows of the ``quarantine`` table)
     quarantined: list[dict[str, Any]] = field(default_factory=list)
+    # workload key → what its pods share (WorkloadState.to_dict()), with the version each
+    # continues: compare-and-set as for streams (None: insert only)
+    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    workload_versions: dict[str, int | None] = field(default_factory=dict)
+    # the novelty miner's templates when new ones appeared (NoveltyDetector.to_dict())
+    novelty: dict[str, Any] | None = None
     # filled in by commit_batch: incidents left untouched because they were resolved by
     # hand (the pipeline drops them from its in-memory state)
     skipped_incidents: set[str] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(
-            self.streams or self.incidents or self.positions or self.chunk_id or self.quarantined
+            self.streams
+            or self.incidents
+            or self.positions
+            or self.chunk_id
+            or self.quarantined
+            or self.workloads
+            or self.novelty
         )
 
 

@@ -1,4 +1,5 @@
-"""Read side: incidents, streams, positions and counters as plain dicts for the API."""
+"""Read side: incidents, streams, positions and counters as plain dicts for the API; the
+saved state the pipeline's stream tracker loads (streams, workloads, novelty templates)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ from service.store.schema import (
     feedback,
     forward_chunks,
     incidents,
+    novelty,
     outbox,
     quarantine,
     source_positions,
     streams,
+    workloads,
 )
 
 FILTERS = (
@@ -47,6 +50,18 @@ def load_stream_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | 
         select(streams.c.state, streams.c.version).where(streams.c.key == key)
     ).first()
     return (None, None) if row is None else (row.state, int(row.version))
+
+
+def load_workload_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | None, int | None]:
+    """(state, version) of a workload; (None, None) for an unknown one."""
+    row = conn.execute(
+        select(workloads.c.state, workloads.c.version).where(workloads.c.key == key)
+    ).first()
+    return (None, None) if row is None else (row.state, int(row.version))
+
+
+def load_novelty(conn: Connection, name: str) -> dict[str, Any] | None:
+    return conn.execute(select(novelty.c.state).where(novelty.c.name == name)).scalar()
 
 
 def applied_position(conn: Connection, source: str, partition: str) -> int | None:

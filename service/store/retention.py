@@ -8,6 +8,8 @@
 * Stream snapshots not written for ``stream_retention_days`` (no line seen), unless the
   stream still has an open incident (its snapshot is what resolves it when the workload
   comes back). A stream seen again later simply starts afresh.
+* Workloads (last good facts, open failures per node) not written for
+  ``stream_retention_days``: none of their pods got ready or failed for that long.
 
 0 keeps forever.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 from sqlalchemy import delete, exists, select
 from sqlalchemy.engine import Connection
 
-from service.store.schema import deliveries, feedback, incidents, outbox, streams
+from service.store.schema import deliveries, feedback, incidents, outbox, streams, workloads
 
 BATCH = 500
 
@@ -85,4 +87,21 @@ def delete_streams(conn: Connection, keys: list[str], before: float) -> int:
     # re-checked: a batch may have written the stream since it was selected
     return conn.execute(
         delete(streams).where(streams.c.key.in_(keys), streams.c.updated_at < before)
+    ).rowcount
+
+
+def expired_workloads(conn: Connection, before: float, limit: int = BATCH) -> list[str]:
+    w = workloads.c
+    return list(
+        conn.execute(
+            select(w.key).where(w.updated_at < before).order_by(w.updated_at).limit(limit)
+        ).scalars()
+    )
+
+
+def delete_workloads(conn: Connection, keys: list[str], before: float) -> int:
+    if not keys:
+        return 0
+    return conn.execute(
+        delete(workloads).where(workloads.c.key.in_(keys), workloads.c.updated_at < before)
     ).rowcount

@@ -47,6 +47,26 @@ streams = Table(
     Column("version", Integer, nullable=False, server_default="0"),
 )
 
+# What the pods of one workload share (WorkloadState.to_dict(): the facts of its last good
+# start, its open failures per node), written with the stream snapshots
+workloads = Table(
+    "workloads",
+    metadata,
+    Column("key", Text, primary_key=True),  # namespace/workload/container
+    Column("state", Json, nullable=False),
+    Column("updated_at", Double, nullable=False, index=True),  # (retention prune)
+    Column("version", Integer, nullable=False),  # compare-and-set, as for streams
+)
+
+# The novelty miner's templates (NoveltyDetector.to_dict()), one row per miner
+novelty = Table(
+    "novelty",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("state", Json, nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
 incidents = Table(
     "incidents",
     metadata,

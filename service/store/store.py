@@ -140,6 +140,16 @@ class Store:
         with self._read() as conn:
             return queries.load_stream_versioned(conn, key)
 
+    def load_workload_versioned(self, key: str) -> tuple[dict[str, Any] | None, int | None]:
+        """A workload's saved state and its version (``BatchEffects.workload_versions``)."""
+        with self._read() as conn:
+            return queries.load_workload_versioned(conn, key)
+
+    def load_novelty(self) -> dict[str, Any] | None:
+        """The novelty miner's saved templates, or None."""
+        with self._read() as conn:
+            return queries.load_novelty(conn, writes.NOVELTY)
+
     def applied_position(self, source: str, partition: str) -> int | None:
         with self._read() as conn:
             return queries.applied_position(conn, source, partition)
@@ -149,9 +159,10 @@ class Store:
             return queries.chunk_seen(conn, chunk_id)
 
     def commit_batch(self, effects: BatchEffects) -> None:
-        """One transaction: chunk id, positions (compare-and-set), stream snapshots,
-        incidents (version bumps), outbox events. Raises ``DuplicateChunk`` /
-        ``StaleBatch`` (nothing written) when the batch was applied already."""
+        """One transaction: chunk id, positions (compare-and-set), stream and workload
+        snapshots (compare-and-set), the novelty templates, incidents (version bumps),
+        outbox events. Raises ``DuplicateChunk`` / ``StaleBatch`` (nothing written) when the
+        batch was applied already."""
         if not effects.at:
             effects.at = self.clock()
         effects.skipped_incidents.clear()
@@ -186,16 +197,17 @@ class Store:
         stream_days: float | None = None,
         max_batches: int = 20,
     ) -> dict[str, int]:
-        """Delete resolved incidents and idle streams past their retention (the settings,
-        unless given; 0 keeps forever), ``retention.BATCH`` rows per transaction, at most
-        ``max_batches`` transactions of each. Returns rows deleted by kind."""
+        """Delete resolved incidents, and idle streams and workloads past their retention (the
+        settings, unless given; 0 keeps forever), ``retention.BATCH`` rows per transaction,
+        at most ``max_batches`` transactions of each. Returns rows deleted by kind."""
         incident_days = self.incident_retention_days if incident_days is None else incident_days
         stream_days = self.stream_retention_days if stream_days is None else stream_days
         now = self.clock()
-        out = {"incidents": 0, "streams": 0}
+        out = {"incidents": 0, "streams": 0, "workloads": 0}
         for kind, days, pick, drop in (
             ("incidents", incident_days, retention.expired_incidents, retention.delete_incidents),
             ("streams", stream_days, retention.expired_streams, retention.delete_streams),
+            ("workloads", stream_days, retention.expired_workloads, retention.delete_workloads),
         ):
             if days <= 0:
                 continue
@@ -208,9 +220,10 @@ class Store:
                     break
         if any(out.values()):
             log.info(
-                "store: retention removed %d incidents and %d streams",
+                "store: retention removed %d incidents, %d streams and %d workloads",
                 out["incidents"],
                 out["streams"],
+                out["workloads"],
             )
         return out
 

@@ -1,4 +1,6 @@
-"""The pipeline's write path: one batch's effects in one transaction."""
+"""The pipeline's write path: one batch's effects in one transaction (positions, stream and
+workload snapshots, the novelty templates, quarantined records, incidents and their outbox
+events)."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ from service.store.effects import BatchEffects, DuplicateChunk, StaleBatch
 from service.store.schema import (
     forward_chunks,
     incidents,
+    novelty,
     outbox,
     quarantine,
     source_positions,
     streams,
+    workloads,
 )
+
+NOVELTY = "drain3"  # the novelty miner's row (one miner per service; replicas: last write wins)
 
 
 def commit_batch(conn: Connection, eff: BatchEffects) -> None:
@@ -34,6 +40,15 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
         _advance(conn, p.source, p.partition, p.expected, p.position, now)
     if eff.streams:
         _write_streams(conn, eff, now)
+    for key, state in eff.workloads.items():
+        _write_workload(conn, key, state, eff.workload_versions.get(key), now)
+    if eff.novelty is not None:
+        stmt = insert(conn, novelty).values(name=NOVELTY, state=eff.novelty, updated_at=now)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[novelty.c.name],
+            set_={"state": stmt.excluded.state, "updated_at": stmt.excluded.updated_at},
+        )
+        conn.execute(stmt)
     if eff.quarantined:
         conn.execute(insert(conn, quarantine), [{**q, "created_at": now} for q in eff.quarantined])
     for w in eff.incidents:
@@ -113,6 +128,29 @@ def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
             },
         )
         conn.execute(stmt, [{**row, "version": 1} for row in blind])
+
+
+def _write_workload(
+    conn: Connection, key: str, state: dict[str, Any], expected: int | None, now: float
+) -> None:
+    """Compare-and-set on the version the batch loaded (insert-only when it was None);
+    :class:`StaleBatch` when another writer got there first."""
+    t = workloads.c
+    if expected is None:
+        stmt = insert(conn, workloads).values(key=key, state=state, updated_at=now, version=1)
+        stmt = stmt.on_conflict_do_nothing().returning(t.key)
+        done = conn.execute(stmt).first() is not None
+    else:
+        done = (
+            conn.execute(
+                update(workloads)
+                .where(t.key == key, t.version == expected)
+                .values(state=state, updated_at=now, version=t.version + 1)
+            ).rowcount
+            == 1
+        )
+    if not done:
+        raise StaleBatch(f"workload {key}: changed since version {expected}")
 
 
 def _advance(

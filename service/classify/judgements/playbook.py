@@ -13,6 +13,12 @@ def _text(value: Any) -> str:
     return " ".join(str(value or "").split())
 
 
+def first_move(category: str, playbook: dict[str, Any]) -> str:
+    """The category's first move (``categories.<category>.first_move``), one line."""
+    entry = (playbook.get("categories") or {}).get(category) or {}
+    return _text(entry.get("first_move", ""))
+
+
 def warning_advice(rule: str | None, playbook: dict[str, Any]) -> dict[str, Any] | None:
     """A warning's own entry (``warnings.<rule>``): owner, explanation, first move, evidence;
     None when the rules data has none for it."""

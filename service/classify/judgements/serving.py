@@ -1,11 +1,14 @@
 """Warnings from vLLM's periodic stats lines: KV cache saturated, waiting queue growing,
-preemptions, prefix cache hit rate stuck at 0 % while prompts are served. Never pages."""
+preemptions, prefix cache hit rate stuck at 0 % while prompts are served. Never pages. The
+thresholds are rules data (``rules/judgements.yaml`` ``serving``)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from service.classify.judgements.judgement import Judgement
+from service.classify.rules import ServingRules
 
 # V0: "... Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%, ..."
 # V1: "Engine 000: ... Running: 1 reqs, Waiting: 0 reqs[, Deferred: 0 reqs][, KV fetch: ...]
@@ -20,27 +23,16 @@ _STATS = re.compile(
 )
 _HIT = re.compile(r"Prefix cache hit rate: (?:GPU: )?(?P<hit>[\d.]+)%")
 
-KV_HIGH_PCT = 95.0
-KV_HIGH_LINES = 3
-QUEUE_GROWING_LINES = 5
-QUEUE_MIN = 10
-HIT_ZERO_LINES = 6
-
-
-@dataclass(frozen=True, slots=True)
-class Judgement:
-    rule: str
-    category: str
-    detail: str
-
 
 def _pcts(values: list[float]) -> str:
     return ", ".join(f"{v:.1f}%" for v in values)
 
 
-def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) -> list[Judgement]:
+def judge(
+    message: str, state: dict[str, Any], prefix_caching_expected: bool, rules: ServingRules
+) -> list[Judgement]:
     """Update ``state`` (kept in the stream's state) with one stats line; return warnings,
-    each with the numbers that triggered it."""
+    each with the numbers that triggered it (thresholds: ``rules``)."""
     m = _STATS.search(message)
     if m is None:
         return []
@@ -52,24 +44,24 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
     prompt = float(m.group("prompt"))
     kvs = state.setdefault("kv", [])
     kvs.append(kv)
-    del kvs[:-KV_HIGH_LINES]
-    state["kv_high"] = state.get("kv_high", 0) + 1 if kv >= KV_HIGH_PCT else 0
-    if state["kv_high"] == KV_HIGH_LINES:
+    del kvs[: -rules.kv_high_lines]
+    state["kv_high"] = state.get("kv_high", 0) + 1 if kv >= rules.kv_high_pct else 0
+    if state["kv_high"] == rules.kv_high_lines:
         out.append(
             Judgement(
                 "kv-cache-saturated",
                 "oom_runtime",
-                f"{dev} KV cache usage ≥ {KV_HIGH_PCT:.0f}% on the last "
-                f"{KV_HIGH_LINES} stats lines ({_pcts(kvs)}); {running} running, "
+                f"{dev} KV cache usage ≥ {rules.kv_high_pct:.0f}% on the last "
+                f"{rules.kv_high_lines} stats lines ({_pcts(kvs)}); {running} running, "
                 f"{waiting} waiting",
             )
         )
     queue = state.setdefault("waiting", [])
     queue.append(waiting)
-    del queue[:-QUEUE_GROWING_LINES]
+    del queue[: -rules.queue_growing_lines]
     if (
-        len(queue) == QUEUE_GROWING_LINES
-        and queue[-1] >= QUEUE_MIN
+        len(queue) == rules.queue_growing_lines
+        and queue[-1] >= rules.queue_min
         and all(b > a for a, b in zip(queue, queue[1:], strict=False))
         and not state.get("queue_warned")
     ):
@@ -78,7 +70,7 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
             Judgement(
                 "waiting-queue-growing",
                 "oom_runtime",
-                f"waiting requests grew on the last {QUEUE_GROWING_LINES} stats "
+                f"waiting requests grew on the last {rules.queue_growing_lines} stats "
                 f"lines: {' → '.join(map(str, queue))} ({running} running, "
                 f"{dev} KV cache usage {kv:.1f}%)",
             )
@@ -104,13 +96,13 @@ def judge(message: str, state: dict[str, Any], prefix_caching_expected: bool) ->
         state["hit_zero"] = state.get("hit_zero", 0) + 1 if hit == 0.0 else 0
         prompts = state.setdefault("prompt", [])
         prompts.append(prompt)
-        del prompts[:-HIT_ZERO_LINES]
-        if state["hit_zero"] == HIT_ZERO_LINES:
+        del prompts[: -rules.hit_zero_lines]
+        if state["hit_zero"] == rules.hit_zero_lines:
             out.append(
                 Judgement(
                     "prefix-cache-hit-zero",
                     "config_error",
-                    f"prefix cache hit rate 0.0% on the last {HIT_ZERO_LINES} stats "
+                    f"prefix cache hit rate 0.0% on the last {rules.hit_zero_lines} stats "
                     f"lines with prompts being served (prompt throughput "
                     f"{', '.join(f'{p:g}' for p in prompts)} tokens/s)",
                 )

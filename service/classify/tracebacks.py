@@ -1,0 +1,86 @@
+"""What each process of a stream is in the middle of, keyed by (stream, process): a
+traceback not ended by its exception line yet (its frame and code lines, for a log that ends
+inside it), whether its next traceback is chained to the last one (the first block's frames
+still count), and the finding whose stage later frames of the same process may still refine.
+
+Memory only: a traceback is a few lines of one process; a stream forgotten (evicted, its
+partition revoked) forgets them too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from service.classify.finding import Finding
+from service.classify.incident import Incident
+from service.classify.stream_state import StreamState
+
+Where = tuple[str, str]  # (stream key, process key)
+MAX_TRACEBACK_LINES = 80  # frame/source lines kept of one open traceback
+
+
+def note_frame(st: StreamState, proc: str, hint: str) -> str:
+    """A traceback frame of ``proc`` hints stage ``hint``: the deepest specific frame wins,
+    ``serving`` loops only when nothing else hints. Returns the process's hint now."""
+    if hint != "serving" or st.frame_hint.get(proc) is None:
+        st.frame_hint[proc] = hint
+    return st.frame_hint[proc]
+
+
+class ProcessTracks:
+    """Open tracebacks, chained ones, and findings still open to refinement, per process."""
+
+    def __init__(self) -> None:
+        self.open: dict[Where, list[str]] = {}
+        self.chained: set[Where] = set()
+        self.refining: dict[Where, tuple[Finding, Incident | None]] = {}
+
+    def start(self, where: Where) -> bool:
+        """A traceback starts; whether it is chained to the process's previous one."""
+        chained = where in self.chained
+        self.chained.discard(where)
+        self.open[where] = []
+        return chained
+
+    def chain(self, where: Where) -> None:
+        """ "The above exception was the direct cause of ...": the next block continues."""
+        self.refining.pop(where, None)
+        self.chained.add(where)
+
+    def line(self, where: Where, text: str) -> None:
+        tb = self.open.get(where)
+        if tb is not None and len(tb) < MAX_TRACEBACK_LINES:
+            tb.append(text)
+
+    def close(self, where: Where) -> None:
+        self.open.pop(where, None)
+
+    def has_open(self, stream: str) -> bool:
+        return any(k[0] == stream for k in self.open)
+
+    def take_open(self, stream: str) -> list[tuple[str, list[str]]]:
+        """The stream's open tracebacks that hold lines, (process, lines), removed."""
+        out = []
+        for where, tb in list(self.open.items()):
+            if where[0] == stream and tb:
+                del self.open[where]
+                out.append((where[1], tb))
+        return out
+
+    def watch(self, where: Where, f: Finding, inc: Incident | None) -> None:
+        """``f`` (of ``inc``) is the finding later frames of the process may refine."""
+        self.refining[where] = (f, inc)
+
+    def repoint(self, old: Incident, new: Incident) -> None:
+        """``old`` was folded into ``new``: findings refined later update ``new``."""
+        for key, (f, owner) in list(self.refining.items()):
+            if owner is old:
+                self.refining[key] = (f, new)
+
+    def forget(self, streams: Iterable[str]) -> None:
+        gone = set(streams)
+        for key in [k for k in self.refining if k[0] in gone]:
+            del self.refining[key]
+        for key in [k for k in self.open if k[0] in gone]:
+            del self.open[key]
+        self.chained = {k for k in self.chained if k[0] not in gone}
