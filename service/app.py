@@ -148,6 +148,7 @@ def build(settings: Settings) -> Service:
         settings.notify,
         instance_id=ctx.instance_id,
         fleet=settings.fleet,
+        fleet_prone=frozenset(rulebook.judgements.fleet.prone_categories),
     )
     pipeline = Pipeline(  # the sink every source hands its records to
         store,

@@ -155,3 +155,59 @@ def test_a_directory_may_hold_only_judgements_and_they_are_no_signatures(tmp_pat
         str(d / "judgements.yaml")
     ]
     assert load_judgements(RULES_DIR, [d / "judgements.yaml"]).waiting.repeats == 4
+
+
+def test_a_team_fleet_prone_list_reaches_the_fleet_hold_and_the_store(tmp_path: Path) -> None:
+    """Fleet grouping reads the rule book's list (a team's override included), not only the
+    shipped one: the dispatcher holds such an incident's page for its fleet."""
+    from service.classify.fleet import find_fleet
+    from service.config import FleetSettings
+    from service.notify.dispatcher import Dispatcher
+    from service.store import Store
+
+    assert "oom_kv_cache" not in FLEET_PRONE
+    d = team(tmp_path, {"fleet": {"prone_categories": ["oom_kv_cache"]}})
+    rb = rulebook_for(Settings(rules={"dirs": [str(d)]}))
+    prone = frozenset(rb.judgements.fleet.prone_categories)
+    assert prone == {"oom_kv_cache"}
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    store.migrate()
+    try:
+        shipped = Dispatcher(store, [], instance_id="a", fleet=FleetSettings())
+        teams = Dispatcher(store, [], instance_id="b", fleet=FleetSettings(), fleet_prone=prone)
+        kv = {"severity": "critical", "primary": {"category": "oom_kv_cache"}, "meta": {}}
+        assert shipped.fleet is not None and not shipped.fleet.prone(kv)
+        assert teams.fleet is not None and teams.fleet.prone(kv)
+    finally:
+        store.close()
+    members = [
+        {
+            "id": f"i{n}",
+            "category": "oom_kv_cache",
+            "severity": "critical",
+            "facts": {"image": "vllm/vllm-openai:v0.11.0"},
+            "meta": {"namespace": "ml", "pod": f"p{n}", "container": "vllm", "node": f"n{n}"},
+        }
+        for n in range(3)
+    ]
+    assert find_fleet(members[0], members[1:], 3) is None
+    found = find_fleet(members[0], members[1:], 3, prone)
+    assert found is not None and found[:2] == ("image", "vllm/vllm-openai:v0.11.0")
+
+
+def test_the_cli_classifies_with_a_team_judgements_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from service.cli import main
+
+    d = team(tmp_path, {"stalls": {"deadlines_s": {"distributed_init": 60}}})
+    log = tmp_path / "stall.log"
+    log.write_text("\n".join(STALL) + "\n")
+    now = str(STALL_END + 120)
+    assert main(["classify", "--json", "--now", now, str(log)]) == 0
+    capsys.readouterr()
+    assert main(["classify", "--json", "--now", now, "--rules-dir", str(d), str(log)]) == 1
+    (rep,) = [json.loads(x) for x in capsys.readouterr().out.splitlines() if x.strip()]
+    assert [i["rule"] for i in rep["incidents"]] == ["stall-distributed_init"]

@@ -82,14 +82,18 @@ def is_fleet(body: dict[str, Any]) -> bool:
 
 
 def find_fleet(
-    incident: dict[str, Any], recent: Iterable[dict[str, Any]], threshold: int
+    incident: dict[str, Any],
+    recent: Iterable[dict[str, Any]],
+    threshold: int,
+    prone: frozenset[str] = FLEET_PRONE,
 ) -> tuple[str, str, list[dict[str, Any]]] | None:
     """(key, value, members) when ``threshold`` or more distinct workloads/nodes
     (:func:`member_unit`) with the same category as ``incident`` share one of its key values;
     else None. ``recent`` are the open incidents of the window (``incident`` may be among
-    them); ``members`` are all of them sharing the key (``incident`` included), once each."""
+    them); ``members`` are all of them sharing the key (``incident`` included), once each.
+    ``prone``: the fleet-prone categories (the rule book's, a team's override included)."""
     category = _category(incident)
-    if category not in FLEET_PRONE or is_fleet(incident):
+    if category not in prone or is_fleet(incident):
         return None
     mine = fleet_keys(incident)
     groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)

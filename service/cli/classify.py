@@ -152,12 +152,9 @@ def run(args: argparse.Namespace) -> int:
         if why:
             print(f"vllm-sentinel classify: {path}: {why}", file=sys.stderr)
             return 2
-    from service.classify.rulebook import RuleBook
 
     rules = load_rules(args.config, args.rules_dir)  # ConfigError: one line per problem
-    clf = build_classifier(
-        use_model=not args.no_model, rulebook=RuleBook(signatures=rules.signatures)
-    )
+    clf = build_classifier(use_model=not args.no_model, rulebook=rules.rulebook())
     now = None
     if args.now is not None:
         from service.api.timespec import parse_instant

@@ -25,6 +25,7 @@ from collections.abc import Callable
 import httpx
 
 from service import metrics
+from service.classify.fleet import FLEET_PRONE
 from service.config import FleetSettings, NotifySettings, ReceiverSettings
 from service.notify.fleet_hold import FleetHold
 from service.notify.outbox import expand, make_route
@@ -54,6 +55,7 @@ class Dispatcher:
         http: httpx.Client | None = None,
         rng: random.Random | None = None,
         fleet: FleetSettings | None = None,
+        fleet_prone: frozenset[str] = FLEET_PRONE,
     ) -> None:
         check(receivers)
         self.store = store
@@ -67,7 +69,7 @@ class Dispatcher:
         self.route = make_route(self.router)
         # None or enabled=False: every incident pages on its own, at once
         self.fleet = (
-            FleetHold(fleet, store, self.router, instance_id)
+            FleetHold(fleet, store, self.router, instance_id, fleet_prone)
             if fleet is not None and fleet.enabled
             else None
         )

@@ -25,9 +25,15 @@ from service.store import Claim, Store
 
 class FleetHold:
     def __init__(
-        self, settings: FleetSettings, store: Store, router: Router, instance_id: str
+        self,
+        settings: FleetSettings,
+        store: Store,
+        router: Router,
+        instance_id: str,
+        prone: frozenset[str] = FLEET_PRONE,
     ) -> None:
         self.settings = settings
+        self.prone_categories = prone
         self.store = store
         self.router = router
         self.instance_id = instance_id
@@ -37,7 +43,7 @@ class FleetHold:
         primary = incident.get("primary") or {}
         return (
             incident.get("severity", "critical") == "critical"
-            and primary.get("category") in FLEET_PRONE
+            and primary.get("category") in self.prone_categories
             and not is_fleet(incident)
         )
 
@@ -55,4 +61,5 @@ class FleetHold:
             threshold=self.settings.threshold,
             window_s=self.settings.window_s,
             covers=lambda fleet: self.router.matches(receiver, fleet),
+            prone=self.prone_categories,
         )

@@ -72,7 +72,13 @@ def _open_fleet(conn: Connection, fid: str | None) -> Any:
 
 
 def join(
-    conn: Connection, incident_id: str, *, threshold: int, window_s: float, now: float
+    conn: Connection,
+    incident_id: str,
+    *,
+    threshold: int,
+    window_s: float,
+    now: float,
+    prone: frozenset[str] = FLEET_PRONE,
 ) -> FleetJoin | None:
     """The open fleet incident ``incident_id`` belongs to, attaching it (and creating the fleet
     when it and enough others now form one); None when it is no fleet's member."""
@@ -90,7 +96,7 @@ def join(
     if (
         row.status != "open"
         or row.severity != "critical"
-        or row.category not in FLEET_PRONE
+        or row.category not in prone
         or is_fleet(row.body)
     ):
         return None
@@ -140,7 +146,7 @@ def join(
             .limit(MAX_CANDIDATES)
         )
     ]
-    found = find_fleet(mine, recent, threshold)
+    found = find_fleet(mine, recent, threshold, prone)
     if found is None:
         return None
     key, value, members = found  # (an open fleet of that key was joined in step 1)

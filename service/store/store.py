@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from service import metrics
+from service.classify.fleet import FLEET_PRONE
 from service.store import annotations as notes
 from service.store import deliveries, fleets, observe, queries, retention, writes
 from service.store.deliveries import Claim, Hold, Route
@@ -412,6 +413,7 @@ class Store:
         threshold: int,
         window_s: float,
         covers: Callable[[dict[str, Any]], bool],
+        prone: frozenset[str] = FLEET_PRONE,
     ) -> str | None:
         """One transaction: find (or create, once across instances) the open fleet incident
         ``incident_id`` belongs to; when there is one and ``covers(fleet body)`` (the
@@ -420,7 +422,12 @@ class Store:
         usual). A fleet found is committed either way."""
         with self._write() as conn:
             joined = fleets.join(
-                conn, incident_id, threshold=threshold, window_s=window_s, now=self.clock()
+                conn,
+                incident_id,
+                threshold=threshold,
+                window_s=window_s,
+                now=self.clock(),
+                prone=prone,
             )
             if joined is None or not covers(joined.body):
                 return None

@@ -25,7 +25,9 @@ def streams_page(request: Request) -> Response:
     if denied:
         return denied
     now = time.time()
-    deadlines = get_ctx(request).settings.stall.deadlines_s
+    ctx = get_ctx(request)
+    # the deadlines in force: the setting when given, else the rule book's (a team's file too)
+    deadlines = ctx.settings.stall.deadlines_if_set() or ctx.rulebook.judgements.stalls.deadlines_s
     rows = []
     listed = data.list_streams(store(request))
     for st in listed:
