@@ -1,10 +1,11 @@
 """Records in, durable effects out: classify a batch and commit everything it changed in one
 store transaction (at-least-once input, idempotent effects).
 
-* Kafka (and other positioned sources): a record whose offset is not above the applied
-  offset of its (source, partition) is skipped, so re-consumption after a crash never counts
-  a line twice; positions advance by compare-and-set in the same transaction as the stream
-  snapshots, incidents and outbox events, so a zombie consumer's batch is refused whole.
+* Kafka (and other positioned sources): a record whose offset (its
+  :class:`~service.records.Position`) is not above the applied offset of its (source,
+  partition) is skipped, so re-consumption after a crash never counts a line twice; positions
+  advance by compare-and-set in the same transaction as the stream snapshots, incidents and
+  outbox events, so a zombie consumer's batch is refused whole.
 * Forward / HTTP: :meth:`Pipeline.submit` runs on one worker thread and returns once the
   batch is committed (ack-after-store); a chunk id committed before is acknowledged without
   reprocessing.
@@ -30,7 +31,7 @@ from service import metrics
 from service.classify.engine import Classifier
 from service.classify.incident import Change, Incident
 from service.classify.tracker import Saves, Snapshot
-from service.records import LogRecord
+from service.records import LogRecord, Position
 from service.store import (
     BatchEffects,
     DuplicateChunk,
@@ -50,18 +51,6 @@ QUARANTINE_LOG_EVERY_S = 60.0  # at most one log line per interval (the rest are
 
 class RouterLike(Protocol):
     def wants(self, incident: dict[str, Any], kind: str) -> bool: ...
-
-
-def parse_position(position: str | None) -> tuple[str, int] | None:
-    """``kafka:topic:3:1234#2`` → (``topic:3``, 1234); ``file:path:12`` → (``path``, 12);
-    None when there is no integer offset."""
-    if not position:
-        return None
-    _, _, rest = position.partition(":")
-    partition, _, offset = rest.split("#", 1)[0].rpartition(":")
-    if not partition or not offset.isdigit():
-        return None
-    return partition, int(offset)
 
 
 def partition_name(p: Any) -> str:
@@ -235,9 +224,9 @@ class Pipeline:
         fresh: list[LogRecord] = []
         advance: dict[str, int] = {}
         for rec in records:
-            pos = parse_position(rec.position)
-            if pos is not None:
-                part, offset = pos
+            pos = Position.parse(rec.position)
+            if pos is not None:  # kept per (source of the batch, partition)
+                part, offset = pos.partition, pos.offset
                 applied = self._applied_position(source, part)
                 if applied is not None and offset <= applied:
                     self.counters["skipped"] += 1
@@ -309,7 +298,7 @@ class Pipeline:
             streams={k: bounded_state(v) for k, v in saves.streams.items()},
             incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
             positions=[
-                PositionAdvance(source, part, self._applied[(source, part)], off)
+                PositionAdvance(Position(source, part, off), self._applied[(source, part)])
                 for part, off in advance.items()
             ],
             chunk_id=chunk_id,

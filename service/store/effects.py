@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.records import Position
+
 NOTIFIABLE = ("opened", "updated", "resolved")
 
 
@@ -31,13 +33,12 @@ class IncidentWrite:
 
 @dataclass(slots=True)
 class PositionAdvance:
-    """Compare-and-set of a source position: ``expected`` is the applied offset the batch was
+    """Compare-and-set of a source position: the applied offset of ``to.source`` /
+    ``to.partition`` becomes ``to.offset``; ``expected`` is the applied offset the batch was
     filtered against (None: none yet); the commit fails with :class:`StaleBatch` otherwise."""
 
-    source: str
-    partition: str
+    to: Position
     expected: int | None
-    position: int
 
 
 @dataclass

@@ -10,6 +10,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
 from service.classify.incident import Incident
+from service.records import Position
 from service.store.dialect import insert
 from service.store.effects import BatchEffects, DuplicateChunk, StaleBatch
 from service.store.schema import (
@@ -37,7 +38,7 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
         if conn.execute(stmt).first() is None:  # (rowcount is unreliable for INSERT)
             raise DuplicateChunk(eff.chunk_id)
     for p in eff.positions:
-        _advance(conn, p.source, p.partition, p.expected, p.position, now)
+        _advance(conn, p.to, p.expected, now)
     if eff.streams:
         _write_streams(conn, eff, now)
     for key, state in eff.workloads.items():
@@ -153,9 +154,8 @@ def _write_workload(
         raise StaleBatch(f"workload {key}: changed since version {expected}")
 
 
-def _advance(
-    conn: Connection, source: str, partition: str, expected: int | None, position: int, now: float
-) -> None:
+def _advance(conn: Connection, to: Position, expected: int | None, now: float) -> None:
+    source, partition, position = to
     if expected is None:
         stmt = insert(conn, source_positions).values(
             source=source, partition=partition, position=position, updated_at=now
