@@ -31,9 +31,11 @@ from typing import Any
 import httpx
 
 from service import metrics
+from service.classify.incident_json import IncidentBody
 from service.config import NotifySettings, ReceiverSettings
 from service.notify.alert import Alert, HttpRequest, cut
 from service.ratelog import RateLimitedLog
+from service.store import Store
 
 log = logging.getLogger("vllm_sentinel.notify")
 _resend_log = RateLimitedLog(log)
@@ -125,7 +127,7 @@ def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
 
 # ---- re-posting open alerts ------------------------------------------------------------------
 def resend(
-    store: Any,
+    store: Store,
     http: httpx.Client,
     cfg: ReceiverSettings,
     settings: NotifySettings,
@@ -187,8 +189,8 @@ def _post(
     return False
 
 
-def _chunks(items: Iterable[dict[str, Any]], n: int) -> Iterable[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
+def _chunks(items: Iterable[IncidentBody], n: int) -> Iterable[list[IncidentBody]]:
+    batch: list[IncidentBody] = []
     for item in items:
         batch.append(item)
         if len(batch) >= n:
