@@ -9,8 +9,8 @@ from sqlalchemy import exists, func, select
 from sqlalchemy.engine import Connection
 
 from service.classify.incident_json import IncidentBody
+from service.metrics import StoreGauges
 from service.store.schema import deliveries, incidents, outbox
-from service.store.views import Gauges
 
 ID_CHUNK = 500  # ids per IN (...) list
 
@@ -43,7 +43,7 @@ def incidents_by_id(conn: Connection, ids: list[str]) -> list[IncidentBody]:
     return out
 
 
-def gauges(conn: Connection, now: float) -> Gauges:
+def gauges(conn: Connection, now: float) -> StoreGauges:
     """``open``: {(tier, category): count}; ``pending``: {receiver: (count, oldest age s)}
     of deliveries not sent yet; ``outbox``: (events not expanded, oldest age s)."""
     i, d, o = incidents.c, deliveries.c, outbox.c

@@ -19,6 +19,7 @@ from service.classify.incident_json import IncidentBody
 from service.classify.stream_state import StreamSnapshot
 from service.classify.tracker import NoveltySnapshot
 from service.classify.workload import WorkloadSnapshot
+from service.metrics import StoreGauges
 from service.store import annotations as notes
 from service.store import deliveries, fleets, observe, queries, retention, writes
 from service.store.deliveries import Claim, Hold, Route
@@ -30,7 +31,6 @@ from service.store.views import (
     FeedbackReview,
     FeedbackView,
     FleetMember,
-    Gauges,
     IncidentDetail,
     IncidentView,
     QuarantineRow,
@@ -281,7 +281,7 @@ class Store:
         with self._read() as conn:
             return queries.count_open(conn)
 
-    def gauges(self) -> Gauges:
+    def gauges(self) -> StoreGauges:
         """Open incidents by (tier, category), pending deliveries and outbox backlog (see
         :func:`observe.gauges`)."""
         with self._read() as conn:

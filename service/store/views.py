@@ -114,16 +114,6 @@ class StoreStats(TypedDict):
     streams: int
 
 
-class Gauges(TypedDict):
-    """What ``/metrics`` reads at scrape time: open incidents by (tier, category), per
-    receiver the deliveries not sent yet and the oldest one's age (s), and the outbox
-    backlog (events not expanded, the oldest one's age)."""
-
-    open: dict[tuple[str, str], int]
-    pending: dict[str, tuple[int, float]]
-    outbox: tuple[int, float]
-
-
 class SilenceView(TypedDict):
     """A silence and whether it is in force now."""
 
