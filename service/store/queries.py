@@ -29,6 +29,7 @@ from service.store.schema import (
     workloads,
 )
 from service.store.views import (
+    DeliveryView,
     FeedbackView,
     IncidentDetail,
     IncidentView,
@@ -120,9 +121,8 @@ def get_incident(conn: Connection, incident_id: str) -> IncidentDetail | None:
     row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).mappings().first()
     if row is None:
         return None
-    out: IncidentDetail = {**incident_view(row)}
     d = deliveries.c
-    out["deliveries"] = [
+    delivered: list[DeliveryView] = [
         {
             "receiver": r.receiver,
             "version": r.version,
@@ -149,15 +149,20 @@ def get_incident(conn: Connection, incident_id: str) -> IncidentDetail | None:
             .order_by(d.version, d.receiver)
         )
     ]
-    if (row["body"].get("meta") or {}).get("fleet"):
-        out["members"] = fleet_members(conn, incident_id)
-    out["feedback"] = [
-        _feedback(r)
-        for r in conn.execute(
-            select(feedback).where(feedback.c.incident_id == incident_id).order_by(feedback.c.id)
-        ).mappings()
-    ]
-    return out
+    fleet = (row["body"].get("meta") or {}).get("fleet")
+    return {
+        **incident_view(row),
+        "deliveries": delivered,
+        "members": fleet_members(conn, incident_id) if fleet else None,
+        "feedback": [
+            _feedback(r)
+            for r in conn.execute(
+                select(feedback)
+                .where(feedback.c.incident_id == incident_id)
+                .order_by(feedback.c.id)
+            ).mappings()
+        ],
+    }
 
 
 def list_incidents(

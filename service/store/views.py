@@ -74,12 +74,18 @@ class FeedbackReview(FeedbackView):
     line: str | None
 
 
-class IncidentDetail(IncidentView, total=False):
+class IncidentDetail(IncidentView):
     """One incident by id: its deliveries and feedback; a fleet incident's members."""
 
     deliveries: list[DeliveryView]
-    members: list[FleetMember]
+    members: list[FleetMember] | None  # None: not a fleet incident
     feedback: list[FeedbackView]
+
+
+class FleetView(IncidentView):
+    """A fleet incident with its member incidents."""
+
+    members: list[FleetMember]
 
 
 class StreamView(TypedDict):

@@ -21,7 +21,7 @@ from service.store import Store
 from service.store.fleets import FLEET_PREFIX, members
 from service.store.queries import _decode_cursor, _encode_cursor, incident_view
 from service.store.schema import incidents, silences, streams
-from service.store.views import IncidentDetail, IncidentView, SilenceView
+from service.store.views import FleetView, IncidentView, SilenceView
 
 # list filters: form field → incidents column
 FILTERS = {
@@ -214,7 +214,7 @@ def list_streams(store: Store, limit: int = MAX_STREAMS) -> list[StreamRow]:
 
 def list_fleets(
     store: Store, status: str | None = None, limit: int = MAX_FLEETS
-) -> list[IncidentDetail]:
+) -> list[FleetView]:
     """Fleet incidents, newest first, each with its member incidents."""
 
     t = incidents.c
@@ -227,7 +227,7 @@ def list_fleets(
             .mappings()
             .all()
         )
-        out: list[IncidentDetail] = []
+        out: list[FleetView] = []
         for r in rows:
             out.append({**incident_view(r), "members": members(conn, r["id"])})
     return out
