@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from service.classify.finding import Finding
 from service.classify.incident_json import IncidentBody, IncidentExtra, IncidentSummary
 from service.classify.masking import mask
+
+# opened | updated (root cause changed, or it became a crash loop) | resolved: notified;
+# evidence (lines attached, one more restart the same way): stored only
+ChangeKind = Literal["opened", "updated", "resolved", "evidence"]
 
 MAX_RELATED = 25
 MAX_EVIDENCE = 60
@@ -166,6 +170,6 @@ class Change:
     failed the same way; stored, not notified). ``also``: other streams whose state the
     change touched (an incident that followed its workload from a replaced pod)."""
 
-    kind: str
+    kind: ChangeKind
     incident: Incident
     also: tuple[str, ...] = ()

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from service.classify.finding import Finding
-from service.classify.incident import Change, Incident
+from service.classify.incident import Change, ChangeKind, Incident
 from service.classify.incident_json import Attempt, LastFailure, Link
 from service.classify.judgements.playbook import restart_advice
 from service.classify.rules import PlaybookRules
@@ -236,7 +236,7 @@ class Restarts:
         del attempts[1 : -(MAX_ATTEMPTS_KEPT - 1)]  # the first attempt and the latest ones
         prior.updated_at = at
         prior.timeline = dict(st.timeline)
-        kind = "evidence"
+        kind: ChangeKind = "evidence"
         for finding in (f, *others):
             if prior.add(finding):
                 kind = "updated"
