@@ -17,9 +17,11 @@ run: venv
 
 LINTED := service tests scripts training_data
 
+# Lint, format check, type check (mypy, strict: pyproject.toml), then the tests.
 test: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy service
 	$(BIN)/python -m pytest
 
 # Unit tests only (no servers, brokers, browsers, wheel or training; see tests/conftest.py),
@@ -27,6 +29,7 @@ test: venv
 test-fast: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy service
 	$(BIN)/python -m pytest -q -m "not slow"
 
 typecheck: venv
@@ -49,4 +52,4 @@ evaluate: venv
 	$(BIN)/vllm-sentinel evaluate tests/corpus/cases
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

@@ -68,15 +68,13 @@ class Service:
     """The running parts of one instance."""
 
     ctx: ServiceContext
+    store: Store
+    pipeline: Pipeline
     dispatcher: Dispatcher
     forward: ForwardServer | None = None
     kafka: KafkaSourceBase | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _ticker: threading.Thread | None = None
-
-    @property
-    def pipeline(self) -> Pipeline:
-        return self.ctx.pipeline
 
     def start_threads(self) -> None:
         self.dispatcher.start()
@@ -107,7 +105,7 @@ class Service:
             self._ticker.join(5)
         self.pipeline.close()
         self.dispatcher.stop()
-        self.ctx.store.close()
+        self.store.close()
 
 
 def build(settings: Settings) -> Service:
@@ -134,19 +132,11 @@ def build(settings: Settings) -> Service:
     instance_id = settings.instance_id or default_instance_id(
         settings.store.url, settings.api.host, settings.api.port
     )
-    ctx = ServiceContext(
-        settings=settings,
-        store=store,
-        pipeline=None,
-        rulebook=rulebook,
-        text_model=model,
-        instance_id=instance_id,
-    )
     dispatcher = Dispatcher(
         store,
         settings.receivers,
         settings.notify,
-        instance_id=ctx.instance_id,
+        instance_id=instance_id,
         fleet=settings.fleet,
         fleet_prone=frozenset(rulebook.judgements.fleet.prone_categories),
     )
@@ -158,15 +148,23 @@ def build(settings: Settings) -> Service:
         max_streams=settings.streams.max_in_memory,
         idle_evict_s=settings.streams.idle_evict_s,
     )
-    ctx.pipeline = pipeline
     try:  # the sources, not started; the HTTP ones are the API's routes (sources.http)
         forward = forward_source(settings.sources.forward, pipeline)
     except SourceSettingsError as exc:
         raise ConfigError(exc.problems) from None
     kafka = kafka_source(settings.sources.kafka, pipeline)
-    svc = Service(ctx=ctx, dispatcher=dispatcher, forward=forward, kafka=kafka)
-    ctx.extra["service"] = svc
-    return svc
+    ctx = ServiceContext(
+        settings=settings,
+        store=store,
+        pipeline=pipeline,
+        rulebook=rulebook,
+        text_model=model,
+        instance_id=instance_id,
+        sources=tuple(s for s in (forward, kafka) if s is not None),
+    )
+    return Service(
+        ctx=ctx, store=store, pipeline=pipeline, dispatcher=dispatcher, forward=forward, kafka=kafka
+    )
 
 
 def web_app(ctx: ServiceContext) -> FastAPI:

@@ -44,8 +44,10 @@ def resolve_indirect(fields: Any, data: Any) -> Any:
         if not isinstance(key, str):
             continue
         suffix = next((sfx for sfx in INDIRECT if key.endswith(sfx)), None)
-        stem = key[: -len(suffix)] if suffix else None
-        if stem is None or stem not in fields or key in fields:
+        if suffix is None:
+            continue
+        stem = key[: -len(suffix)]
+        if stem not in fields or key in fields:
             continue
         source = out.pop(key)
         if source is None:

@@ -1,4 +1,5 @@
-"""Incident labels and matchers, shared by receiver routes, silences, the store and the API.
+"""Label matchers, shared by receiver routes, silences, the store and the API (an incident's
+labels: :func:`service.notify.routing.incident_labels`).
 
 A matcher set is ``{field: [values]}``: every field must match (AND), any value of a field
 (OR); values are exact or shell-style globs (``prod-*``). Fields: ``tier``, ``category``,
@@ -29,31 +30,6 @@ FIELDS = frozenset(
     }
 )
 LABEL = "label:"
-
-
-def incident_labels(body: dict[str, Any]) -> dict[str, str]:
-    """The matchable view of an incident (``Incident.to_dict()``)."""
-    p = body.get("primary") or {}
-    meta = body.get("meta") or {}
-    view = {
-        "tier": p.get("tier"),
-        "category": p.get("category"),
-        "stage": p.get("stage"),
-        "severity": body.get("severity"),
-        "status": body.get("status"),
-        "namespace": meta.get("namespace"),
-        "pod": meta.get("pod"),
-        "node": meta.get("node"),
-        "container": meta.get("container"),
-        "stream": body.get("stream"),
-        "incident": body.get("id"),
-    }
-    out = {k: str(v) for k, v in view.items() if v not in (None, "")}
-    labels = meta.get("labels")
-    if isinstance(labels, dict):
-        for k, v in labels.items():
-            out[LABEL + str(k)] = str(v)
-    return out
 
 
 def matches(labels: dict[str, str], matchers: dict[str, list[str]]) -> bool:

@@ -1,10 +1,11 @@
 """Records in, durable effects out: classify a batch and commit everything it changed in one
 store transaction (at-least-once input, idempotent effects).
 
-* Kafka (and other positioned sources): a record whose offset is not above the applied
-  offset of its (source, partition) is skipped, so re-consumption after a crash never counts
-  a line twice; positions advance by compare-and-set in the same transaction as the stream
-  snapshots, incidents and outbox events, so a zombie consumer's batch is refused whole.
+* Kafka (and other positioned sources): a record whose offset (its
+  :class:`~service.records.Position`) is not above the applied offset of its (source,
+  partition) is skipped, so re-consumption after a crash never counts a line twice; positions
+  advance by compare-and-set in the same transaction as the stream snapshots, incidents and
+  outbox events, so a zombie consumer's batch is refused whole.
 * Forward / HTTP: :meth:`Pipeline.submit` runs on one worker thread and returns once the
   batch is committed (ack-after-store); a chunk id committed before is acknowledged without
   reprocessing.
@@ -29,13 +30,17 @@ from typing import Any, Protocol
 from service import metrics
 from service.classify.engine import Classifier
 from service.classify.incident import Change, Incident
-from service.classify.tracker import Saves, Snapshot
-from service.records import LogRecord
+from service.classify.incident_json import IncidentBody, IncidentSummary
+from service.classify.stream_state import StreamSnapshot
+from service.classify.tracker import NoveltySnapshot, Saves, Versioned
+from service.classify.workload import WorkloadSnapshot
+from service.records import LogRecord, Position
 from service.store import (
     BatchEffects,
     DuplicateChunk,
     IncidentWrite,
     PositionAdvance,
+    QuarantineRecord,
     StaleBatch,
     Store,
     collapse_kinds,
@@ -49,19 +54,7 @@ QUARANTINE_LOG_EVERY_S = 60.0  # at most one log line per interval (the rest are
 
 
 class RouterLike(Protocol):
-    def wants(self, incident: dict[str, Any], kind: str) -> bool: ...
-
-
-def parse_position(position: str | None) -> tuple[str, int] | None:
-    """``kafka:topic:3:1234#2`` → (``topic:3``, 1234); ``file:path:12`` → (``path``, 12);
-    None when there is no integer offset."""
-    if not position:
-        return None
-    _, _, rest = position.partition(":")
-    partition, _, offset = rest.split("#", 1)[0].rpartition(":")
-    if not partition or not offset.isdigit():
-        return None
-    return partition, int(offset)
+    def wants(self, incident: IncidentBody, kind: str) -> bool: ...
 
 
 def partition_name(p: Any) -> str:
@@ -74,29 +67,37 @@ def partition_name(p: Any) -> str:
     return f"{p.topic}:{p.partition}"
 
 
-def _cap(text: Any) -> Any:
-    if isinstance(text, str) and len(text) > MAX_STORED_LINE:
+def _cap(text: str) -> str:
+    if len(text) > MAX_STORED_LINE:
         return text[: MAX_STORED_LINE - 1] + "…"
     return text
 
 
-def bounded_incident(d: dict[str, Any]) -> dict[str, Any]:
-    """An incident dict (``to_dict`` or ``summary``) with every stored line cut to
-    ``MAX_STORED_LINE`` (a 1 MiB line would otherwise be rewritten with every snapshot).
-    Returns a copy; the in-memory incident keeps its lines."""
-    d = dict(d)
-    if isinstance(d.get("primary"), dict):
-        d["primary"] = {**d["primary"], "line": _cap(d["primary"].get("line"))}
-    if "line" in d:
-        d["line"] = _cap(d["line"])
-    d["evidence"] = [_cap(x) for x in d.get("evidence", [])]
-    d["related"] = [{**r, "line": _cap(r.get("line"))} for r in d.get("related", [])]
-    return d
+def bounded_body(d: IncidentBody) -> IncidentBody:
+    """An incident's body with every stored line cut to ``MAX_STORED_LINE`` (a 1 MiB line
+    would otherwise be rewritten with every snapshot). Returns a copy; the in-memory
+    incident keeps its lines."""
+    return {
+        **d,
+        "primary": {**d["primary"], "line": _cap(d["primary"]["line"])},
+        "evidence": [_cap(x) for x in d["evidence"]],
+        "related": [{**r, "line": _cap(r["line"])} for r in d["related"]],
+    }
 
 
-def bounded_state(d: dict[str, Any]) -> dict[str, Any]:
-    d["last_line"] = _cap(d.get("last_line"))
-    d["incidents"] = [bounded_incident(i) for i in d.get("incidents", [])]
+def bounded_summary(d: IncidentSummary) -> IncidentSummary:
+    """An incident's summary with every line cut as :func:`bounded_body` cuts them."""
+    return {
+        **d,
+        "line": _cap(d["line"]),
+        "evidence": [_cap(x) for x in d["evidence"]],
+        "related": [{**r, "line": _cap(r["line"])} for r in d["related"]],
+    }
+
+
+def bounded_state(d: StreamSnapshot) -> StreamSnapshot:
+    d["last_line"] = _cap(d["last_line"])
+    d["incidents"] = [bounded_body(i) for i in d["incidents"]]
     return d
 
 
@@ -107,15 +108,15 @@ class StorePersistence:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def load_stream(self, key: str) -> Snapshot | None:
+    def load_stream(self, key: str) -> Versioned[StreamSnapshot] | None:
         state, version = self.store.load_stream_versioned(key)
-        return None if state is None else Snapshot(state, version or 0)
+        return None if state is None else Versioned(state, version or 0)
 
-    def load_workload(self, key: str) -> Snapshot | None:
+    def load_workload(self, key: str) -> Versioned[WorkloadSnapshot] | None:
         state, version = self.store.load_workload_versioned(key)
-        return None if state is None else Snapshot(state, version or 0)
+        return None if state is None else Versioned(state, version or 0)
 
-    def load_novelty(self) -> dict[str, Any] | None:
+    def load_novelty(self) -> NoveltySnapshot | None:
         return self.store.load_novelty()
 
 
@@ -235,9 +236,9 @@ class Pipeline:
         fresh: list[LogRecord] = []
         advance: dict[str, int] = {}
         for rec in records:
-            pos = parse_position(rec.position)
-            if pos is not None:
-                part, offset = pos
+            pos = Position.parse(rec.position)
+            if pos is not None:  # kept per (source of the batch, partition)
+                part, offset = pos.partition, pos.offset
                 applied = self._applied_position(source, part)
                 if applied is not None and offset <= applied:
                     self.counters["skipped"] += 1
@@ -248,7 +249,7 @@ class Pipeline:
             fresh.append(rec)
         touched: dict[str, None] = {}
         changed: dict[str, tuple[Incident, list[str]]] = {}
-        quarantined: list[dict[str, Any]] = []
+        quarantined: list[QuarantineRecord] = []
         for rec in fresh:
             try:
                 found = self.classifier.feed(rec)  # (a pod-only Kubernetes record is re-keyed)
@@ -267,7 +268,7 @@ class Pipeline:
         self.counters["records"] += len(fresh)
         return True
 
-    def _quarantine(self, rec: LogRecord, source: str, exc: Exception) -> dict[str, Any]:
+    def _quarantine(self, rec: LogRecord, source: str, exc: Exception) -> QuarantineRecord:
         """The row that keeps a record whose classification raised (committed with the batch,
         so its position advances and it is never re-read)."""
         metrics.QUARANTINED.labels(source=source).inc()
@@ -309,7 +310,7 @@ class Pipeline:
             streams={k: bounded_state(v) for k, v in saves.streams.items()},
             incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
             positions=[
-                PositionAdvance(source, part, self._applied[(source, part)], off)
+                PositionAdvance(Position(source, part, off), self._applied[(source, part)])
                 for part, off in advance.items()
             ],
             chunk_id=chunk_id,
@@ -366,11 +367,11 @@ class Pipeline:
                 touched[key] = None
 
     def _write(self, inc: Incident, kinds: list[str]) -> IncidentWrite:
-        body = bounded_incident(inc.to_dict())
+        body = bounded_body(inc.to_dict())
         notifiable = collapse_kinds(kinds)
         notify = self.router is None or any(self.router.wants(body, k) for k in notifiable)
         return IncidentWrite(
-            body=body, summary=bounded_incident(inc.summary()), kinds=notifiable, notify=notify
+            body=body, summary=bounded_summary(inc.summary()), kinds=notifiable, notify=notify
         )
 
     def _applied_position(self, source: str, part: str) -> int | None:

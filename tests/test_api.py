@@ -449,10 +449,12 @@ def test_readyz_is_503_until_started_and_when_the_store_is_gone(tmp_path: Path) 
 
 
 class _BrokenStore:
-    def count_open(self) -> int:
+    """A store whose database is gone: what readiness and /metrics call fails."""
+
+    def ping(self) -> list[str]:
         raise OSError("database is gone")
 
-    stats = count_open
+    gauges = ping
 
 
 def test_metrics_expose_sentinel_counters_and_the_open_incident_gauge(client: TestClient) -> None:

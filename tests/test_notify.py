@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from service.config import ReceiverSettings
-from service.labels import incident_labels, validate
+from service.labels import validate
 from service.notify import pagerduty, slack, webhook
 from service.notify.alert import Alert
 from service.notify.outbox import backoff, make_route, message_kind
 from service.notify.ratelimit import TokenBucket
-from service.notify.routing import Router
+from service.notify.routing import Router, incident_labels
 from service.notify.silences import silenced_by
 from service.records import LogRecord
 from service.store import Claim, ClaimedEvent

@@ -11,7 +11,8 @@ from sqlalchemy import func, select
 
 from service.config import ReceiverSettings
 from service.notify.routing import Router
-from service.pipeline import Pipeline, parse_position, partition_name
+from service.pipeline import Pipeline, partition_name
+from service.records import Position
 from service.store import Store
 from service.store.schema import incidents, outbox, source_positions
 from tests.test_store import (
@@ -40,10 +41,11 @@ def snapshot(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]
 
 
 def test_position_parsing() -> None:
-    assert parse_position("kafka:vllm-logs:3:1234") == ("vllm-logs:3", 1234)
-    assert parse_position("kafka:vllm-logs:3:1234#2") == ("vllm-logs:3", 1234)
-    assert parse_position("file:/var/log/x.log:12") == ("/var/log/x.log", 12)
-    assert parse_position(None) is None and parse_position("forward:abc") is None
+    assert Position.parse("kafka:vllm-logs:3:1234") == ("kafka", "vllm-logs:3", 1234)
+    assert Position.parse("kafka:vllm-logs:3:1234#2") == ("kafka", "vllm-logs:3", 1234)
+    assert Position.parse("file:/var/log/x.log:12") == ("file", "/var/log/x.log", 12)
+    assert Position.parse(None) is None and Position.parse("forward:abc") is None
+    assert str(Position("kafka", "vllm-logs:3", 1234)) == "kafka:vllm-logs:3:1234"
     assert partition_name(("t", 3)) == "t:3" == partition_name("t:3")
 
     class TP:

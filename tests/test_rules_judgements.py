@@ -183,7 +183,7 @@ def test_a_team_fleet_prone_list_reaches_the_fleet_hold_and_the_store(tmp_path: 
     members = [
         {
             "id": f"i{n}",
-            "category": "oom_kv_cache",
+            "primary": {"category": "oom_kv_cache"},
             "severity": "critical",
             "facts": {"image": "vllm/vllm-openai:v0.11.0"},
             "meta": {"namespace": "ml", "pod": f"p{n}", "container": "vllm", "node": f"n{n}"},

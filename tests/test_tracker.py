@@ -10,7 +10,7 @@ from typing import Any
 
 from service.classify.engine import Classifier
 from service.classify.novelty import NoveltyDetector
-from service.classify.tracker import Snapshot, StreamTracker
+from service.classify.tracker import StreamTracker, Versioned
 from service.classify.workload import WorkloadState
 from service.ingest.kube import kube_records
 from service.pipeline import Pipeline
@@ -47,14 +47,14 @@ class Saved:
     """A persistence over dicts, as the store keeps them."""
 
     def __init__(self) -> None:
-        self.streams: dict[str, Snapshot] = {}
-        self.workloads: dict[str, Snapshot] = {}
+        self.streams: dict[str, Versioned] = {}
+        self.workloads: dict[str, Versioned] = {}
         self.novelty: dict[str, Any] | None = None
 
-    def load_stream(self, key: str) -> Snapshot | None:
+    def load_stream(self, key: str) -> Versioned | None:
         return self.streams.get(key)
 
-    def load_workload(self, key: str) -> Snapshot | None:
+    def load_workload(self, key: str) -> Versioned | None:
         return self.workloads.get(key)
 
     def load_novelty(self) -> dict[str, Any] | None:
@@ -73,9 +73,9 @@ def test_the_tracker_loads_through_its_persistence_and_only_says_what_to_write()
     (ids,) = saves.workloads[workload]["failures"].values()
     assert list(ids.values()) == [f"llm/{A}/vllm"]
     for key, state in saves.streams.items():
-        saved.streams[key] = Snapshot(state, 1)
+        saved.streams[key] = Versioned(state, 1)
     for key, state in saves.workloads.items():
-        saved.workloads[key] = Snapshot(state, 1)
+        saved.workloads[key] = Versioned(state, 1)
     clf.tracker.saved(saves)
     assert clf.tracker.versions[f"llm/{A}/vllm"] == 1 and not clf.tracker.workloads
     # a new tracker (a restarted service) reads what was saved

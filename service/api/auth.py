@@ -33,7 +33,8 @@ _bearer = HTTPBearer(auto_error=False, description="api.token (writes, ingest) o
 
 
 def _settings(request: Request) -> ApiSettings:
-    return request.app.state.ctx.settings.api
+    api: ApiSettings = request.app.state.ctx.settings.api
+    return api
 
 
 def _matches(given: str, accepted: list[str]) -> bool:

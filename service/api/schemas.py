@@ -120,6 +120,20 @@ class Feedback(_Open):
     created_at: float | None = None
 
 
+class QuarantinedRecord(_Open):
+    """A record whose classification raised, kept for inspection."""
+
+    id: int
+    source: str
+    stream: str
+    position: str | None = None
+    reason: str
+    error: str
+    text: str = Field(..., description="its first 65,536 characters")
+    length: int = Field(..., description="characters of the whole record")
+    created_at: float
+
+
 # ---- streams and stats -------------------------------------------------------------------
 class Stream(_Open):
     """A workload stream's state: status, the stage reached, its timeline and facts."""

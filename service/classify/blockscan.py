@@ -127,6 +127,7 @@ class BlockHits:
         low, n = self._low, len(self._low)
         while start < n:
             stop = low.find("\n", min(n, start + WINDOW)) + 1 or n  # whole lines only
+            end: int
             for end, _ in self._scanner.starting.iter(low[start:stop]):
                 return start + end
             start = stop

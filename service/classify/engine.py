@@ -339,10 +339,8 @@ class Classifier:
         changes: list[Change] = []
         for st in list(self.tracker.streams.values()):
             pend = st.extra.get("pending")
-            if pend and (
-                pend.get("since") is None
-                or now - pend["since"] >= self.judgements.restarts.pending_wait_s
-            ):
+            since = pend.get("since") if pend else None
+            if pend and (since is None or now - since >= self.judgements.restarts.pending_wait_s):
                 self._settle(st, changes, final=True)
             self.check_stall(st, now, changes)
         return changes

@@ -35,13 +35,15 @@ class CudaTable:
     @cached_property
     def data(self) -> dict[str, Any]:
         with self._path.open(encoding="utf-8") as fh:
-            return yaml.safe_load(fh)
+            data: dict[str, Any] = yaml.safe_load(fh)
+        return data
 
     def image_cuda(self, image: str) -> str | None:
         for hint in self.data["image_tags"]:
             m = re.search(hint["pattern"], image)
             if m:
-                return hint["cuda"].format(*m.groups())
+                cuda: str = hint["cuda"].format(*m.groups())
+                return cuda
         m = re.search(r"vllm-openai:v?0\.(\d+)\.\d+", image)
         if m and int(m.group(1)) >= 20:
             return "13.0"

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
+
+from service.classify.incident_json import FindingBody
 
 # Which findings can be a root cause: a cause beats a symptom beats a cascade.
 ROLE_RANK = {"cascade": 1, "symptom": 2, "cause": 3, "warning": 0}
@@ -39,10 +41,33 @@ class Finding:
             return mine > theirs
         return self.priority >= other.priority + PRECEDENCE_MARGIN
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> FindingBody:
+        return {
+            "tier": self.tier,
+            "category": self.category,
+            "stage": self.stage,
+            "confidence": self.confidence,
+            "method": self.method,
+            "rule": self.rule,
+            "line": self.line,
+            "role": self.role,
+            "priority": self.priority,
+            "seq": self.seq,
+            "time": self.time,
+            "process": self.process,
+            "remediation": self.remediation,
+            "template": self.template,
+            "novel": self.novel,
+            "stage_source": self.stage_source,
+            "detail": self.detail,
+        }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Finding:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+    def from_dict(cls, data: FindingBody) -> Finding:
+        """The finding of a stored body (keys it does not know are left out, keys an older
+        body lacks take their default)."""
+        known: dict[str, Any] = {k: v for k, v in data.items() if k in _FIELDS}
+        return cls(**known)
+
+
+_FIELDS = frozenset(f.name for f in fields(Finding))

@@ -24,7 +24,7 @@ from service.classify.judgements.judgement import Judgement
 from service.classify.judgements.playbook import first_move
 from service.classify.masking import mask
 from service.classify.rulebook import RuleBook
-from service.classify.rules import Signature
+from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import STARTING, StreamState
 from service.metrics import DISAGREEMENTS
 from service.parse import line as L
@@ -76,7 +76,7 @@ class Findings:
     def __init__(
         self,
         rules: RuleBook,
-        playbook: dict[str, Any],
+        playbook: PlaybookRules,
         model: TextModelLike | None = None,
         novelty: NoveltyLike | None = None,
     ) -> None:

@@ -2,8 +2,8 @@
 they share something (driver branch, image, node pool, NCCL version, namespace), one fleet
 incident pages once and the per-pod incidents are inhibited.
 
-Pure logic over incident dicts (``Incident.to_dict()`` bodies or store summaries with
-``facts``/``meta``); the notification stage decides when to call it.
+Pure logic over incident bodies (``Incident.to_dict()``, as the store keeps them); the
+notification stage decides when to call it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from service.classify.finding import Finding
 from service.classify.incident import Incident
+from service.classify.incident_json import FleetExtra, IncidentBody, IncidentExtra
 from service.classify.rules import load_judgements
 from service.classify.workload import workload_key
 from service.taxonomy import tier_of
@@ -35,7 +36,7 @@ _POOL_LABELS = (
 )
 
 
-def fleet_keys(body: dict[str, Any]) -> dict[str, str]:
+def fleet_keys(body: IncidentBody) -> dict[str, str]:
     """The shared-key candidates of one incident (only those it knows)."""
     facts = body.get("facts") or {}
     meta = body.get("meta") or {}
@@ -60,7 +61,7 @@ def fleet_keys(body: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def member_unit(body: dict[str, Any]) -> str:
+def member_unit(body: IncidentBody) -> str:
     """What a fleet counts: a workload on a node (``namespace/deployment/container@node``).
     Pods of one Deployment on different nodes count separately (a driver branch or node pool
     problem hits nodes); a pod replaced on the same node does not count twice. Without a
@@ -72,21 +73,21 @@ def member_unit(body: dict[str, Any]) -> str:
     return f"{workload_key(body.get('stream', ''), meta)}@{node}"
 
 
-def _category(body: dict[str, Any]) -> str | None:
-    return body["primary"]["category"] if "primary" in body else body.get("category")
+def _category(body: IncidentBody) -> str:
+    return body["primary"]["category"]
 
 
-def is_fleet(body: dict[str, Any]) -> bool:
+def is_fleet(body: IncidentBody) -> bool:
     """A fleet incident (not a member)."""
     return bool((body.get("meta") or {}).get("fleet"))
 
 
 def find_fleet(
-    incident: dict[str, Any],
-    recent: Iterable[dict[str, Any]],
+    incident: IncidentBody,
+    recent: Iterable[IncidentBody],
     threshold: int,
     prone: frozenset[str] = FLEET_PRONE,
-) -> tuple[str, str, list[dict[str, Any]]] | None:
+) -> tuple[str, str, list[IncidentBody]] | None:
     """(key, value, members) when ``threshold`` or more distinct workloads/nodes
     (:func:`member_unit`) with the same category as ``incident`` share one of its key values;
     else None. ``recent`` are the open incidents of the window (``incident`` may be among
@@ -96,7 +97,7 @@ def find_fleet(
     if category not in prone or is_fleet(incident):
         return None
     mine = fleet_keys(incident)
-    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = defaultdict(dict)
+    groups: dict[tuple[str, str], dict[str, IncidentBody]] = defaultdict(dict)
     units: dict[tuple[str, str], set[str]] = defaultdict(set)
     for other in [incident, *recent]:
         if (
@@ -129,7 +130,7 @@ def fleet_stream(category: str, key: str, value: str) -> str:
     return f"fleet/{category}/{key}={value}"
 
 
-def shared_meta(members: list[dict[str, Any]]) -> dict[str, Any]:
+def shared_meta(members: list[IncidentBody]) -> dict[str, Any]:
     """Metadata every member has in common (namespace, container, image, labels), so routes
     and silences written for the pods (``namespace: [prod]``, ``label:team``) match the
     fleet too."""
@@ -153,7 +154,7 @@ def fleet_detail(category: str, key: str, value: str, count: int) -> str:
     return f"{count} workloads failed with {category} sharing {key}={value}"
 
 
-def fleet_extra(key: str, value: str, members: list[dict[str, Any]]) -> dict[str, Any]:
+def fleet_extra(key: str, value: str, members: list[IncidentBody]) -> FleetExtra:
     """``extra.fleet``: what the members share, how many workloads/nodes, who they are."""
     return {
         "key": key,
@@ -169,7 +170,7 @@ def fleet_incident(
     category: str,
     key: str,
     value: str,
-    members: list[dict[str, Any]],
+    members: list[IncidentBody],
     window_start: float,
     now: float,
 ) -> Incident:
@@ -203,19 +204,20 @@ def fleet_incident(
     )
 
 
-def with_members(
-    fleet: dict[str, Any], members: list[dict[str, Any]], now: float
-) -> dict[str, Any]:
+def with_members(fleet: IncidentBody, members: list[IncidentBody], now: float) -> IncidentBody:
     """The fleet incident body after its member list changed (count, members, detail)."""
-    body = dict(fleet)
-    old = (body.get("extra") or {}).get("fleet") or {}
-    key, value = old.get("key", ""), old.get("value", "")
+    before: IncidentExtra = fleet.get("extra") or {}
+    old = before.get("fleet")
+    key, value = (old.get("key", ""), old.get("value", "")) if old else ("", "")
     extra = fleet_extra(key, value, members)
-    body["extra"] = {**(body.get("extra") or {}), "fleet": extra}
-    body["primary"] = {
-        **body["primary"],
-        "detail": fleet_detail(body["primary"]["category"], key, value, extra["count"]),
+    primary = fleet["primary"]
+    return {
+        **fleet,
+        "extra": {**before, "fleet": extra},
+        "primary": {
+            **primary,
+            "detail": fleet_detail(primary["category"], key, value, extra["count"]),
+        },
+        "meta": {**shared_meta(members), "fleet": True},
+        "updated_at": now,
     }
-    body["meta"] = {**shared_meta(members), "fleet": True}
-    body["updated_at"] = now
-    return body

@@ -1,14 +1,21 @@
 """An incident: one failure of one workload, root cause first, cascades attached; and a
-:class:`Change` of one, what the classifier hands the pipeline for every line it judged."""
+:class:`Change` of one, what the classifier hands the pipeline for every line it judged.
+Its JSON (:meth:`Incident.to_dict`, :meth:`Incident.summary`) is typed in
+:mod:`service.classify.incident_json`."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from service.classify.finding import Finding
+from service.classify.incident_json import IncidentBody, IncidentExtra, IncidentSummary
 from service.classify.masking import mask
+
+# opened | updated (root cause changed, or it became a crash loop) | resolved: notified;
+# evidence (lines attached, one more restart the same way): stored only
+ChangeKind = Literal["opened", "updated", "resolved", "evidence"]
 
 MAX_RELATED = 25
 MAX_EVIDENCE = 60
@@ -23,17 +30,17 @@ class Incident:
     related: list[Finding] = field(default_factory=list)
     status: str = "open"  # open | resolved
     severity: str = "critical"  # critical (pages) | warning (never pages)
-    facts: dict[str, Any] = field(default_factory=dict)
-    timeline: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, str] = field(default_factory=dict)
+    timeline: dict[str, float] = field(default_factory=dict)  # stage → first time (or line)
     evidence: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)  # the stream's (envelope metadata)
     explanation: str | None = None
     opened_at: float | None = None
     updated_at: float | None = None
     resolved_at: float | None = None
     resolution: str | None = None
     restarts: int = 0  # later runs of the workload that failed the same way
-    extra: dict[str, Any] = field(default_factory=dict)  # judgements added downstream
+    extra: IncidentExtra = field(default_factory=lambda: IncidentExtra())  # judgements
 
     @staticmethod
     def make_id(stream: str, run: int, seq: int, line: str) -> str:
@@ -79,7 +86,7 @@ class Incident:
         if len(self.evidence) < MAX_EVIDENCE and line and line not in self.evidence[-8:]:
             self.evidence.append(line)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> IncidentSummary:
         """The per-incident shape of ``classify --json`` and of the API."""
         p = self.primary
         return {
@@ -114,10 +121,10 @@ class Incident:
             "opened_at": self.opened_at,
             "resolved_at": self.resolved_at,
             "resolution": self.resolution,
-            "extra": dict(self.extra),
+            "extra": self.extra.copy(),
         }
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> IncidentBody:
         return {
             "id": self.id,
             "stream": self.stream,
@@ -140,11 +147,12 @@ class Incident:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Incident:
-        d = dict(d)
-        d["primary"] = Finding.from_dict(d["primary"])
-        d["related"] = [Finding.from_dict(r) for r in d.get("related", [])]
-        return cls(**d)
+    def from_dict(cls, d: IncidentBody) -> Incident:
+        """The incident of a stored body (a key an older body lacks takes its default)."""
+        data: dict[str, Any] = dict(d)
+        data["primary"] = Finding.from_dict(d["primary"])
+        data["related"] = [Finding.from_dict(r) for r in d.get("related", [])]
+        return cls(**data)
 
 
 def _cascade_key(f: Finding) -> tuple[str | None, str]:
@@ -162,6 +170,6 @@ class Change:
     failed the same way; stored, not notified). ``also``: other streams whose state the
     change touched (an incident that followed its workload from a replaced pod)."""
 
-    kind: str
+    kind: ChangeKind
     incident: Incident
     also: tuple[str, ...] = ()

@@ -10,8 +10,6 @@ run; everything else is the run's one ``critical`` incident.
 
 from __future__ import annotations
 
-from typing import Any
-
 from service.classify.facts import explain_compatibility
 from service.classify.finding import Finding
 from service.classify.incident import Change, Incident
@@ -21,8 +19,9 @@ from service.classify.judgements.playbook import (
     playbook_for,
     warning_advice,
 )
-from service.classify.restarts import Restarts, link
+from service.classify.restarts import Restarts, link, link_of
 from service.classify.rulebook import RuleBook
+from service.classify.rules import PlaybookRules
 from service.classify.stream_state import FAILED, StreamState
 from service.classify.workload import diff_facts
 from service.parse import line as L
@@ -35,7 +34,7 @@ MAX_NOTED = 60  # lines of evidence noted after the first error
 class IncidentBook:
     """Opens, grows and explains incidents on the streams' states."""
 
-    def __init__(self, rules: RuleBook, playbook: dict[str, Any], restarts: Restarts) -> None:
+    def __init__(self, rules: RuleBook, playbook: PlaybookRules, restarts: Restarts) -> None:
         self.rules = rules
         self.playbook = playbook
         self.restarts = restarts
@@ -124,9 +123,7 @@ class IncidentBook:
         if previous is not None:
             inc.extra["after_restart_of"] = link(previous)
         elif last and last.get("run", st.run) < st.run:
-            inc.extra["after_restart_of"] = {
-                k: v for k, v in last.items() if k not in ("run", "started")
-            }
+            inc.extra["after_restart_of"] = link_of(last)
         if pending:
             inc.extra["pending_restart_of"] = previous.id if previous else None
             st.extra["pending"] = {
@@ -184,7 +181,7 @@ class IncidentBook:
         sig = self.rules.signature(p.rule) if p.rule else None
         if own and own["first_move"]:
             p.remediation = own["first_move"]
-        inc.explanation = (own or {}).get("explanation") or (
+        inc.explanation = (own["explanation"] if own else None) or (
             " ".join(sig.description.split()) if sig and sig.description else None
         )
         if not p.detail:

@@ -28,7 +28,7 @@ from typing import Any
 from service.classify import restarts
 from service.classify.incident import Change, Incident
 from service.classify.judgements.playbook import restart_advice
-from service.classify.rules import Signature
+from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import StreamState
 from service.parse import line as L
 from service.records import LogRecord
@@ -91,7 +91,7 @@ def crash_loop_backoff(
     st: StreamState,
     line: L.Line,
     sigs: list[tuple[Signature, Any]],
-    playbook: dict[str, Any],
+    playbook: PlaybookRules,
     time: float | None,
 ) -> list[Change] | None:
     """A crash-loop back-off alone on a stream with an open failure confirms that failure's

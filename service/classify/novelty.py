@@ -24,7 +24,8 @@ from typing import Any
 from drain3 import TemplateMiner
 from drain3.template_miner_config import TemplateMinerConfig
 
-from .masking import mask
+from service.classify.masking import mask
+from service.classify.tracker import NoveltySnapshot
 
 __all__ = ["NoveltyDetector"]
 
@@ -99,7 +100,7 @@ class NoveltyDetector:
 
     # --- persistence (plain JSON) ---------------------------------------------------------
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> NoveltySnapshot:
         clusters = sorted(self._miner.drain.id_to_cluster.values(), key=lambda c: c.cluster_id)
         return {
             "version": _STATE_VERSION,

@@ -4,16 +4,42 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 from service.classify import blockscan
 from service.classify.engine import Classifier
 from service.classify.incident import Change, Incident
+from service.classify.incident_json import IncidentSummary
 from service.classify.stream_state import STARTING
 from service.ingest.envelope import Format
 from service.ingest.timestamps import line_time
 from service.records import LogRecord
 from service.sources.files import read_files
+
+
+class Stopped(TypedDict):
+    """Where a log that ends mid-startup stopped: the stage, since when, seconds without
+    progress, and that stage's stall deadline."""
+
+    stage: str | None
+    since: float | None
+    no_progress_s: float | None
+    deadline_s: float | None
+
+
+class StreamReport(TypedDict):
+    """One stream's report (``classify --json``, ``POST /classify``)."""
+
+    stopped: Stopped | None
+    stream: str
+    status: str
+    stage: str | None
+    incidents: list[IncidentSummary]  # failures, root cause first ([] for a healthy stream)
+    warnings: list[IncidentSummary]  # never page
+    facts: dict[str, str]
+    timeline: dict[str, float]
+    meta: dict[str, Any]
+    lines: int
 
 
 def order_incidents(incidents: Iterable[Incident]) -> list[Incident]:
@@ -23,8 +49,8 @@ def order_incidents(incidents: Iterable[Incident]) -> list[Incident]:
 
 def classify_records(
     records: Iterable[LogRecord], classifier: Classifier | None = None, *, now: float | None = None
-) -> list[dict[str, Any]]:
-    """Classify whole logs; one report dict per stream, in order of first appearance.
+) -> list[StreamReport]:
+    """Classify whole logs; one report per stream, in order of first appearance.
 
     Lines without an envelope time take the time they print themselves (read while a
     stream starts, and for its last line). A stream that ends in the middle of its startup is
@@ -42,7 +68,7 @@ def classify_paths(
     fmt: Format | str = "auto",
     now: float | None = None,
     on_block: Callable[[int], None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[StreamReport]:
     """Classify files (``-`` = stdin): raw and CRI files by blocks
     (:mod:`service.classify.blockscan`), the others line by line; same reports either way."""
 
@@ -93,7 +119,7 @@ def _year(now: float | None) -> int:
 
 def finish(
     clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident]], now: float | None
-) -> list[dict[str, Any]]:
+) -> list[StreamReport]:
     """End of the input: truncated tracebacks and stalls, then one report per stream."""
     for key in order:
         st = clf.state(key)
@@ -118,10 +144,10 @@ def _collect(seen: dict[str, dict[str, Incident]], changes: list[Change]) -> Non
 
 def stream_report(
     clf: Classifier, key: str, incidents: Iterable[Incident], now: float | None = None
-) -> dict[str, Any]:
+) -> StreamReport:
     st = clf.state(key)
     ordered = order_incidents(incidents)
-    stopped = None
+    stopped: Stopped | None = None
     if st.status == STARTING and not st.shutting_down:  # the log ends mid-startup
         since = st.last_stage_change if st.last_stage_change is not None else st.first_time
         end = now if now is not None else st.last_time

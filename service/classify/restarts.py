@@ -31,8 +31,10 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 from service.classify.finding import Finding
-from service.classify.incident import Change, Incident
+from service.classify.incident import Change, ChangeKind, Incident
+from service.classify.incident_json import Attempt, LastFailure, Link
 from service.classify.judgements.playbook import restart_advice
+from service.classify.rules import PlaybookRules
 from service.classify.stream_state import FAILED, STOPPED, StreamState
 from service.classify.workload import WorkloadState, restart_unit
 
@@ -45,7 +47,7 @@ MAX_ATTEMPTS_KEPT = 20  # attempts listed in an incident's timeline (the count g
 def note_life(st: StreamState, life: str, time: float | None) -> None:
     """Record that the pod of ``st`` ended or was created (at ``time`` when known; the
     earliest time seen is kept)."""
-    book: dict[str, Any] = st.extra.setdefault("pod_life", {})
+    book = st.extra.setdefault("pod_life", {})
     seen = book.get(life)
     if life not in book or (time is not None and (seen is None or time < seen)):
         book[life] = time
@@ -88,9 +90,7 @@ class Streams(Protocol):
 class Restarts:
     """Restart judgements over the streams and their workloads (``streams``)."""
 
-    def __init__(
-        self, streams: Streams, playbook: dict[str, Any], crash_loop_attempts: int
-    ) -> None:
+    def __init__(self, streams: Streams, playbook: PlaybookRules, crash_loop_attempts: int) -> None:
         """``crash_loop_attempts``: failed starts, the same way, that make a crash loop."""
         self.streams = streams
         self.playbook = playbook
@@ -144,7 +144,7 @@ class Restarts:
     def announce(self, st: StreamState, inc: Incident, changes: list[Change]) -> None:
         """``inc`` is opened: remembered as the workload's latest failure, so a restart that
         fails the same way continues it."""
-        st.extra["last_failure"] = {**link(inc), "run": st.run, "started": st.first_time}
+        st.extra["last_failure"] = last_failure(inc, st)
         self._index(st, inc)
         changes.append(Change("opened", inc))
 
@@ -167,8 +167,9 @@ class Restarts:
         failure of the workload → that incident counts one more restart; another category →
         announced as a new incident; still unknown at the end → the same failure again.
         Returns (pending incident, the one it was folded into) when it was folded."""
-        pend = st.extra.get("pending") or {}
-        inc = next((i for i in st.incidents if i.id == pend.get("incident")), None)
+        pend = st.extra.get("pending")
+        pending_id = pend.get("incident") if pend else None
+        inc = next((i for i in st.incidents if i.id == pending_id), None)
         if inc is None or inc.status != "open" or "pending_restart_of" not in inc.extra:
             st.extra.pop("pending", None)
             return None
@@ -205,14 +206,14 @@ class Restarts:
         also: tuple[str, ...] = ()
         if "attempts" not in prior.extra:  # the first restart: the first attempt too
             home = st if prior.stream == st.key else self.streams.find(prior.stream)
-            first = (home.extra.get("last_failure") or {}) if home is not None else {}
+            first = home.extra.get("last_failure") if home is not None else None
             prior.extra["attempts"] = [
                 attempt(
                     1,
                     prior.run,
                     prior.stream,
                     prior.meta,
-                    first.get("started") if first.get("id") == prior.id else None,
+                    first.get("started") if first and first.get("id") == prior.id else None,
                     prior.opened_at,
                     prior.stage,
                 )
@@ -235,7 +236,7 @@ class Restarts:
         del attempts[1 : -(MAX_ATTEMPTS_KEPT - 1)]  # the first attempt and the latest ones
         prior.updated_at = at
         prior.timeline = dict(st.timeline)
-        kind = "evidence"
+        kind: ChangeKind = "evidence"
         for finding in (f, *others):
             if prior.add(finding):
                 kind = "updated"
@@ -245,7 +246,7 @@ class Restarts:
             self.crash_loop(prior)
         st.status = FAILED
         st.runs_failed += 1
-        st.extra["last_failure"] = {**link(prior), "run": st.run, "started": st.first_time}
+        st.extra["last_failure"] = last_failure(prior, st)
         self._index(st, prior)
         changes.append(Change(kind, prior, also))
         return prior
@@ -265,9 +266,24 @@ class Restarts:
         )
 
 
-def link(inc: Incident) -> dict[str, Any]:
+def link(inc: Incident) -> Link:
     """How a later incident names the one before it."""
     return {"id": inc.id, "category": inc.category, "stage": inc.stage, "restarts": inc.restarts}
+
+
+def last_failure(inc: Incident, st: StreamState) -> LastFailure:
+    """``inc`` as the latest failure of ``st``'s workload: its link, the run, its start."""
+    return {**link(inc), "run": st.run, "started": st.first_time}
+
+
+def link_of(last: LastFailure) -> Link:
+    """The link in a stream's latest failure."""
+    return {
+        "id": last["id"],
+        "category": last["category"],
+        "stage": last["stage"],
+        "restarts": last["restarts"],
+    }
 
 
 def attempt(
@@ -278,17 +294,20 @@ def attempt(
     started: float | None,
     failed: float | None,
     stage: str,
-) -> dict[str, Any]:
-    """One failed start in an incident's ``extra.attempts`` timeline."""
-    out: dict[str, Any] = {
-        "attempt": n,
-        "run": run,
-        "stream": stream,
-        "started": started,
-        "failed": failed,
-        "stage": stage,
-    }
-    for key in ("pod", "container_id", "node"):
-        if meta.get(key):
-            out[key] = meta[key]
-    return {k: v for k, v in out.items() if v is not None}
+) -> Attempt:
+    """One failed start in an incident's ``extra.attempts`` timeline (what is not known is
+    left out)."""
+    out: Attempt = {"attempt": n, "run": run, "stream": stream}
+    if started is not None:
+        out["started"] = started
+    if failed is not None:
+        out["failed"] = failed
+    if stage is not None:
+        out["stage"] = stage
+    if meta.get("pod"):
+        out["pod"] = meta["pod"]
+    if meta.get("container_id"):
+        out["container_id"] = meta["container_id"]
+    if meta.get("node"):
+        out["node"] = meta["node"]
+    return out

@@ -165,7 +165,13 @@ def load_fact_rules(rules_dir: Path = RULES_DIR) -> FactRules:
     return FactRules.model_validate(_load_yaml(rules_dir / "facts.yaml"))
 
 
-def load_playbook(rules_dir: Path = RULES_DIR) -> dict[str, Any]:
+# ``rules/playbook.yaml`` as read (categories, warnings, restarts, common_evidence): rules
+# data a team may extend, read defensively (a missing entry is no advice; see
+# :mod:`service.classify.judgements.playbook`)
+PlaybookRules = dict[str, Any]
+
+
+def load_playbook(rules_dir: Path = RULES_DIR) -> PlaybookRules:
     """``rules/playbook.yaml``: first move, owner and evidence per category."""
     data = _load_yaml(rules_dir / "playbook.yaml") or {}
     unknown = set(data.get("categories", {})) - set(CATEGORY_TIER)

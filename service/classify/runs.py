@@ -57,8 +57,9 @@ def new_run(st: StreamState, time: float | None) -> None:
     st.frame_hint = {}
     st.facts = {}
     st.first_time = time
-    for key in ("stats", "waiting", "api_pid"):  # per-run state of the checks
-        st.extra.pop(key, None)
+    st.extra.pop("stats", None)  # per-run state of the checks
+    st.extra.pop("waiting", None)
+    st.extra.pop("api_pid", None)
 
 
 def advance(st: StreamState, stage: str, time: float | None, changes: list[Change]) -> bool:

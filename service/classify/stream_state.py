@@ -7,13 +7,66 @@ Kafka partition) continues a startup where it was.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from service.classify.facts import CudaTable
 from service.classify.incident import Incident
+from service.classify.incident_json import IncidentBody, LastFailure
+from service.classify.judgements.serving import ServingStats
 
 # Stream status.
 STARTING, READY, SERVING, FAILED, STOPPED = "starting", "ready", "serving", "failed", "stopped"
+
+
+class Waiting(TypedDict):
+    """The same "waiting for ..." line repeating (:func:`~.judgements.checks.waiting`)."""
+
+    template: str
+    stage: str | None
+    count: int
+    first: float | None
+
+
+class Pending(TypedDict):
+    """A restart's incident not judged yet (:mod:`~service.classify.restarts`)."""
+
+    incident: str
+    since: float | None
+
+
+class StreamExtra(TypedDict, total=False):
+    """What the checks keep on a stream (each key only once it applies)."""
+
+    waiting: Waiting  # per run
+    stats: ServingStats  # per run
+    api_pid: int  # per run: the API server's process
+    pod_life: dict[str, float | None]  # "ended" / "created" → when (restart evidence)
+    last_failure: LastFailure
+    pending: Pending
+    kube_seen: list[str]  # ids of the Kubernetes evidence read
+
+
+class StreamSnapshot(TypedDict):
+    """``StreamState.to_dict()``: the store's ``streams.state``."""
+
+    key: str
+    meta: dict[str, Any]
+    run: int
+    status: str
+    stage: str | None
+    timeline: dict[str, float]
+    facts: dict[str, str]
+    last_good_facts: dict[str, str] | None
+    shutting_down: bool
+    seq: int
+    last_time: float | None
+    first_time: float | None
+    last_line: str
+    last_stage_change: float | None
+    frame_hint: dict[str, str]
+    incidents: list[IncidentBody]
+    runs_failed: int
+    extra: StreamExtra
 
 
 @dataclass
@@ -23,7 +76,7 @@ class StreamState:
     run: int = 0
     status: str = STARTING
     stage: str | None = None
-    timeline: dict[str, Any] = field(default_factory=dict)  # stage → first time (or line no)
+    timeline: dict[str, float] = field(default_factory=dict)  # stage → first time (or line no)
     facts: dict[str, str] = field(default_factory=dict)
     last_good_facts: dict[str, str] | None = None  # facts of the last run that got ready
     shutting_down: bool = False
@@ -35,7 +88,7 @@ class StreamState:
     frame_hint: dict[str, str] = field(default_factory=dict)  # process → stage of deepest frame
     incidents: list[Incident] = field(default_factory=list)  # open ones
     runs_failed: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)  # state owned by downstream checks
+    extra: StreamExtra = field(default_factory=lambda: StreamExtra())  # the checks' state
 
     def current(self, severity: str = "critical") -> Incident | None:
         """The open incident of this run (of the given severity), if any."""
@@ -44,7 +97,7 @@ class StreamState:
                 return inc
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StreamSnapshot:
         return {
             "key": self.key,
             "meta": self.meta,
@@ -67,10 +120,11 @@ class StreamState:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> StreamState:
-        d = dict(d)
-        d["incidents"] = [Incident.from_dict(i) for i in d.get("incidents", [])]
-        return cls(**d)
+    def from_dict(cls, d: StreamSnapshot) -> StreamState:
+        """The state of a stored snapshot (a key an older snapshot lacks takes its default)."""
+        data: dict[str, Any] = dict(d)
+        data["incidents"] = [Incident.from_dict(i) for i in d.get("incidents", [])]
+        return cls(**data)
 
 
 def merge_meta(st: StreamState, meta: dict[str, Any], cuda: CudaTable) -> None:

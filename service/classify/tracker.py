@@ -11,7 +11,7 @@ stays until its stall deadline could have passed (``startup_hold_s`` more).
 
 Saved state comes back through a :class:`Persistence` handed in from above (the pipeline
 implements it over the store; the tracker never calls up): ``load_stream(key)`` /
-``load_workload(key)`` give a :class:`Snapshot` (state and version) or None,
+``load_workload(key)`` give a :class:`Versioned` snapshot (state and version) or None,
 ``load_novelty()`` the miner's templates. The tracker never writes: :meth:`snapshots` says
 what a batch changed (with the version each snapshot continues, for a compare-and-set), the
 caller writes it in its own transaction and reports back with :meth:`saved`, or
@@ -27,29 +27,51 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypedDict, TypeVar
 
-from service.classify.stream_state import STARTING, StreamState
+from service.classify.stream_state import STARTING, StreamSnapshot, StreamState
 from service.classify.tracebacks import ProcessTracks
-from service.classify.workload import MAX_WORKLOADS, WorkloadState, workload_key
+from service.classify.workload import (
+    MAX_WORKLOADS,
+    WorkloadSnapshot,
+    WorkloadState,
+    workload_key,
+)
+
+S = TypeVar("S")
+
+
+class NoveltyCluster(TypedDict):
+    template: str
+    size: int
+
+
+class NoveltySnapshot(TypedDict):
+    """What the novelty miner saves (``NoveltyState.to_dict()``): its settings and templates."""
+
+    version: int
+    max_clusters: int
+    similarity: float
+    depth: int
+    clusters: list[NoveltyCluster]
 
 
 @dataclass(frozen=True, slots=True)
-class Snapshot:
+class Versioned(Generic[S]):
     """A saved state and its version (bumped by every write)."""
 
-    state: dict[str, Any]
+    state: S
     version: int
 
 
 class Persistence(Protocol):
     """Where the tracker's saved state is read from."""
 
-    def load_stream(self, key: str) -> Snapshot | None: ...
+    def load_stream(self, key: str) -> Versioned[StreamSnapshot] | None: ...
 
-    def load_workload(self, key: str) -> Snapshot | None: ...
+    def load_workload(self, key: str) -> Versioned[WorkloadSnapshot] | None: ...
 
-    def load_novelty(self) -> dict[str, Any] | None: ...
+    def load_novelty(self) -> NoveltySnapshot | None: ...
 
 
 class NoveltyState(Protocol):
@@ -59,7 +81,7 @@ class NoveltyState(Protocol):
 
     def observe(self, text: str) -> tuple[str, bool]: ...
 
-    def to_dict(self) -> dict[str, Any]: ...
+    def to_dict(self) -> NoveltySnapshot: ...
 
     def restore(self, data: Any) -> None: ...
 
@@ -69,11 +91,11 @@ class Saves:
     """What to write for one batch: snapshots (``to_dict``) by key, and the version each
     continues (None: not saved yet; a key without one is written whatever is there)."""
 
-    streams: dict[str, dict[str, Any]] = field(default_factory=dict)
+    streams: dict[str, StreamSnapshot] = field(default_factory=dict)
     stream_versions: dict[str, int | None] = field(default_factory=dict)
-    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    workloads: dict[str, WorkloadSnapshot] = field(default_factory=dict)
     workload_versions: dict[str, int | None] = field(default_factory=dict)
-    novelty: dict[str, Any] | None = None
+    novelty: NoveltySnapshot | None = None
 
 
 class StreamTracker:

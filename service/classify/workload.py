@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 MAX_WORKLOADS = 100_000  # workloads kept in memory without a store (least recently used go)
 
@@ -106,6 +106,14 @@ def diff_facts(last_good: dict[str, str] | None, now: dict[str, str]) -> dict[st
     return out
 
 
+class WorkloadSnapshot(TypedDict):
+    """``WorkloadState.to_dict()``: the store's ``workloads.state``."""
+
+    key: str
+    last_good: dict[str, str] | None
+    failures: dict[str, dict[str, str]]
+
+
 @dataclass(slots=True)
 class WorkloadState:
     """What the pods of one workload (:func:`workload_key`) share, saved beside their
@@ -118,11 +126,11 @@ class WorkloadState:
     last_good: dict[str, str] | None = None
     failures: dict[str, dict[str, str]] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> WorkloadSnapshot:
         return {"key": self.key, "last_good": self.last_good, "failures": self.failures}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> WorkloadState:
+    def from_dict(cls, d: WorkloadSnapshot) -> WorkloadState:
         return cls(
             key=str(d["key"]),
             last_good=d.get("last_good"),

@@ -13,12 +13,15 @@ import json
 import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from service.ingest.envelope import Format
 
 from .rules import load_rules
 from .usage import add_command
+
+if TYPE_CHECKING:  # the command loads the classifier when it runs
+    from service.classify.report import StreamReport
 
 __all__ = ["add_parser", "run"]
 
@@ -213,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _human(rep: dict[str, Any], colour: bool) -> str:
+def _human(rep: StreamReport, colour: bool) -> str:
     def c(tier: str, text: str) -> str:
         return f"{_COLOURS.get(tier, '')}{text}{_RESET}" if colour else text
 

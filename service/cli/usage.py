@@ -36,10 +36,11 @@ def add_command(
 ) -> argparse.ArgumentParser:
     """A command's parser: ``summary`` in the command list; ``description`` under it
     (after the summary as its first sentence unless ``full`` is False)."""
-    return sub.add_parser(
+    parser: argparse.ArgumentParser = sub.add_parser(
         name,
         help=summary,
         description=f"{summary[0].upper()}{summary[1:]}.\n\n{description}" if full else description,
         formatter_class=Formatter,
         epilog=EPILOG,
     )
+    return parser

@@ -40,7 +40,7 @@ def ext_hook(code: int, data: bytes) -> Any:
 _SECONDS: dict[str, int | None] = {}
 _SECONDS_MAX = 65536
 _MISSING: Any = object()  # the sentinel of _SECONDS.get (Any: base stays int | None)
-_POW10 = tuple(10**i for i in range(20))
+_POW10: tuple[int, ...] = tuple(10**i for i in range(20))
 
 
 def _second(prefix: str) -> int | None:
@@ -82,7 +82,7 @@ def parse_rfc3339(text: str) -> float | None:
     if len(text) < 19:
         return None
     prefix = text[:19]
-    base = _SECONDS.get(prefix, _MISSING)
+    base: int | None = _SECONDS.get(prefix, _MISSING)
     if base is _MISSING:
         base = _second(prefix)
     if base is None:
@@ -144,8 +144,11 @@ def to_epoch(value: Any) -> float | None:
         except ValueError:
             return None
     if isinstance(value, msgpack.Timestamp):
-        return value.to_unix()
+        unix: float = value.to_unix()
+        return unix
     if isinstance(value, msgpack.ExtType) and value.code == 0 and len(value.data) == 8:
+        sec: int
+        nsec: int
         sec, nsec = _EVENT_TIME.unpack(value.data)
         return sec + nsec / 1e9
     return None

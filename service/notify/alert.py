@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.classify.incident import Incident
+from service.classify.incident_json import IncidentBody, IncidentSummary
 
 MAX_LINE_CHARS = 4096  # evidence / root-cause lines in payloads are cut to this
 
@@ -15,7 +16,7 @@ class Alert:
     """An incident as it is now, announced as ``event`` (opened | updated | resolved)."""
 
     event: str
-    incident: dict[str, Any]  # Incident.to_dict()
+    incident: IncidentBody
     version: int
     external_url: str = "http://127.0.0.1:8080"
     changed_at: float | None = None  # the earliest change this message covers
@@ -39,7 +40,8 @@ class Alert:
         """The incident as JSON (``GET /incidents/<id>``)."""
         return f"{self.external_url.rstrip('/')}/incidents/{self.id}"
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> IncidentSummary:
+        """The incident's summary, its lines cut to ``MAX_LINE_CHARS``."""
         s = Incident.from_dict(self.incident).summary()
         s["line"] = cut(s.get("line") or "", MAX_LINE_CHARS)
         s["evidence"] = [cut(x, MAX_LINE_CHARS) for x in s.get("evidence", [])]
@@ -47,26 +49,40 @@ class Alert:
             r["line"] = cut(r.get("line") or "", MAX_LINE_CHARS)
         return s
 
-    def view(self) -> dict[str, Any]:
+    def view(self) -> AlertView:
         """Summary plus stream, namespace/pod/node, meta, facts, timeline, version and the
         incident's URLs (``url`` its dashboard page, ``api_url`` its JSON): the API's
         incident shape, without deliveries and feedback."""
         inc = self.incident
-        out = self.summary()
         meta = inc.get("meta") or {}
-        out.update(
-            stream=inc.get("stream"),
-            namespace=meta.get("namespace"),
-            pod=meta.get("pod"),
-            node=meta.get("node"),
-            meta=meta,
-            facts=inc.get("facts") or {},
-            timeline=inc.get("timeline") or {},
-            version=self.version,
-            url=self.url,
-            api_url=self.api_url,
-        )
-        return out
+        return {
+            **self.summary(),
+            "stream": inc.get("stream"),
+            "namespace": meta.get("namespace"),
+            "pod": meta.get("pod"),
+            "node": meta.get("node"),
+            "meta": meta,
+            "facts": inc.get("facts") or {},
+            "timeline": inc.get("timeline") or {},
+            "version": self.version,
+            "url": self.url,
+            "api_url": self.api_url,
+        }
+
+
+class AlertView(IncidentSummary):
+    """What receivers render (:meth:`Alert.view`; the webhook's ``incident``)."""
+
+    stream: str
+    namespace: str | None
+    pod: str | None
+    node: str | None
+    meta: dict[str, Any]
+    facts: dict[str, str]
+    timeline: dict[str, float]
+    version: int
+    url: str
+    api_url: str
 
 
 @dataclass(slots=True)

@@ -26,14 +26,16 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
 import httpx
 
 from service import metrics
+from service.classify.incident_json import IncidentBody
 from service.config import NotifySettings, ReceiverSettings
 from service.notify.alert import Alert, HttpRequest, cut
 from service.ratelog import RateLimitedLog
+from service.store import Store
 
 log = logging.getLogger("vllm_sentinel.notify")
 _resend_log = RateLimitedLog(log)
@@ -91,7 +93,17 @@ def alert_annotations(alert: Alert) -> dict[str, str]:
     return {k: cut(str(v), ANNOTATION_MAX) for k, v in out.items() if v}
 
 
-def alert_json(alert: Alert, cfg: ReceiverSettings, now: float) -> dict[str, Any]:
+class PostableAlert(TypedDict):
+    """One alert of Alertmanager's API v2 (``postableAlert``)."""
+
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    startsAt: str  # (the API's names)
+    endsAt: str
+    generatorURL: str
+
+
+def alert_json(alert: Alert, cfg: ReceiverSettings, now: float) -> PostableAlert:
     """One ``postableAlert``: firing until ``now + 4 x resend_interval_s``, or resolved at
     the incident's resolution time."""
     inc = alert.incident
@@ -112,7 +124,7 @@ def alert_json(alert: Alert, cfg: ReceiverSettings, now: float) -> dict[str, Any
     }
 
 
-def request(alerts: list[dict[str, Any]], cfg: ReceiverSettings) -> HttpRequest:
+def request(alerts: list[PostableAlert], cfg: ReceiverSettings) -> HttpRequest:
     body = json.dumps(alerts, separators=(",", ":"), ensure_ascii=False, default=str).encode()
     return HttpRequest(
         endpoint(cfg), body, {"Content-Type": "application/json", "User-Agent": "vllm-sentinel"}
@@ -125,7 +137,7 @@ def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
 
 # ---- re-posting open alerts ------------------------------------------------------------------
 def resend(
-    store: Any,
+    store: Store,
     http: httpx.Client,
     cfg: ReceiverSettings,
     settings: NotifySettings,
@@ -162,7 +174,7 @@ def resend(
 
 
 def _post(
-    http: httpx.Client, cfg: ReceiverSettings, alerts: list[dict[str, Any]], outcome: str
+    http: httpx.Client, cfg: ReceiverSettings, alerts: list[PostableAlert], outcome: str
 ) -> bool:
     req = request(alerts, cfg)
     try:
@@ -187,8 +199,8 @@ def _post(
     return False
 
 
-def _chunks(items: Iterable[dict[str, Any]], n: int) -> Iterable[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
+def _chunks(items: Iterable[IncidentBody], n: int) -> Iterable[list[IncidentBody]]:
+    batch: list[IncidentBody] = []
     for item in items:
         batch.append(item)
         if len(batch) >= n:

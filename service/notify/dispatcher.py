@@ -244,11 +244,8 @@ class Dispatcher:
 
     def _heal(self) -> None:
         """After a failure: a database that came back empty gets its schema again."""
-        ensure = getattr(self.store, "ensure_schema", None)
-        if ensure is None:
-            return
         try:
-            ensure()
+            self.store.ensure_schema()
         except Exception:  # noqa: BLE001 - still down, or damaged: readiness reports it
             log.debug("schema check failed", exc_info=True)
 

@@ -15,9 +15,8 @@ own.
 
 from __future__ import annotations
 
-from typing import Any
-
 from service.classify.fleet import FLEET_PRONE, is_fleet
+from service.classify.incident_json import IncidentBody
 from service.config import FleetSettings, ReceiverSettings
 from service.notify.routing import Router
 from service.store import Claim, Store
@@ -38,7 +37,7 @@ class FleetHold:
         self.router = router
         self.instance_id = instance_id
 
-    def prone(self, incident: dict[str, Any]) -> bool:
+    def prone(self, incident: IncidentBody) -> bool:
         """A critical incident of a fleet-prone category (not a fleet itself)."""
         primary = incident.get("primary") or {}
         return (
@@ -47,7 +46,7 @@ class FleetHold:
             and not is_fleet(incident)
         )
 
-    def hold(self, incident: dict[str, Any]) -> float:
+    def hold(self, incident: IncidentBody) -> float:
         """Seconds a fleet-prone incident's first message waits for its fleet to show."""
         return self.settings.hold_s if self.prone(incident) else 0.0
 

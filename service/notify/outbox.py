@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 import threading
-from typing import Any
 
+from service.classify.incident_json import IncidentBody
 from service.notify.routing import Router
 from service.store import Store
 from service.store.deliveries import Claim, Hold, Route
@@ -35,7 +35,7 @@ def make_route(router: Router) -> Route:
     resolution after the root cause moved to a category it does not route)."""
 
     def route(
-        incident: dict[str, Any], kind: str, engaged: set[str]
+        incident: IncidentBody, kind: str, engaged: set[str]
     ) -> list[tuple[str, str, str | None]]:
         out: list[tuple[str, str, str | None]] = []
         for r in router.receivers:

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import NotRequired, TypedDict
 
+from service.classify.incident_json import FleetExtra
 from service.config import ReceiverSettings
 from service.notify.alert import Alert, HttpRequest, cut
 
@@ -25,7 +26,59 @@ def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
     )
 
 
-def event(alert: Alert, routing_key: str) -> dict[str, Any]:
+class CustomDetails(TypedDict):
+    tier: str
+    category: str
+    stage: str
+    status: str
+    root_cause: str
+    rule: str | None
+    confidence: float
+    first_move: str
+    explanation: str | None
+    restarts: int
+    resolution: str | None
+    node: str | None
+    facts: dict[str, str]
+    evidence: list[str]
+    stream: str
+    fleet: NotRequired[FleetExtra]
+
+
+# the Events API's payload (``class`` is a keyword, hence this form)
+Payload = TypedDict(
+    "Payload",
+    {
+        "summary": str,
+        "source": str,
+        "severity": str,
+        "component": str,
+        "group": str,
+        "class": str,
+        "custom_details": CustomDetails,
+        "timestamp": NotRequired[str],
+    },
+)
+
+
+class Link(TypedDict):
+    href: str
+    text: str
+
+
+class Event(TypedDict):
+    """One event of the Events API v2."""
+
+    routing_key: str
+    event_action: str  # trigger | resolve
+    dedup_key: str
+    payload: Payload
+    client: str
+    client_url: str
+    links: list[Link]
+
+
+def event(alert: Alert, routing_key: str) -> Event:
     s = alert.view()
     meta, facts = s["meta"], s["facts"]
     where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
@@ -36,7 +89,7 @@ def event(alert: Alert, routing_key: str) -> dict[str, Any]:
             f"{fleet.get('value')}" + (f" in {meta['namespace']}" if meta.get("namespace") else "")
         )
     opened = s.get("opened_at")
-    payload: dict[str, Any] = {
+    payload: Payload = {
         "summary": cut(
             f"[{s['tier']}/{s['category']}] {s['stage']} on {where}: {s['line']}", SUMMARY_MAX
         ),

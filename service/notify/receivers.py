@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from service.config import ReceiverSettings
+import httpx
+
+from service.config import NotifySettings, ReceiverSettings
 from service.notify import alertmanager, pagerduty, slack, webhook
 from service.notify.alert import Alert, HttpRequest
+from service.store import Store
 
 Builder = Callable[[Alert, ReceiverSettings, float], HttpRequest]
 BUILDERS: dict[str, Builder] = {
@@ -16,7 +19,9 @@ BUILDERS: dict[str, Builder] = {
     "alertmanager": alertmanager.build,
 }
 # (store, http client, receiver, notify settings, clock) → alerts re-posted
-Resender = Callable[..., int]
+Resender = Callable[
+    [Store, httpx.Client, ReceiverSettings, NotifySettings, Callable[[], float]], int
+]
 # receiver types whose open alerts must be posted again every resend_interval_s
 RESENDERS: dict[str, Resender] = {"alertmanager": alertmanager.resend}
 

@@ -6,18 +6,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
 
-from service.labels import incident_labels, matches
+from service.classify.incident_json import IncidentBody
+from service.labels import matches
+from service.notify.routing import incident_labels
+from service.store.views import SilenceView
 
 
 class SilenceSource(Protocol):
-    def list_silences(self, active_only: bool = False) -> list[dict[str, Any]]: ...
+    def list_silences(self, active_only: bool = False) -> list[SilenceView]: ...
 
 
 def silenced_by(
-    silences: list[dict[str, Any]], incident: dict[str, Any], receiver: str, now: float
-) -> dict[str, Any] | None:
+    silences: list[SilenceView], incident: IncidentBody, receiver: str, now: float
+) -> SilenceView | None:
     labels = incident_labels(incident)
     labels["receiver"] = receiver
     for s in silences:
@@ -36,10 +39,10 @@ class SilenceCache:
         self.clock = clock
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
-        self._silences: list[dict[str, Any]] = []
+        self._silences: list[SilenceView] = []
         self._read_at = float("-inf")
 
-    def check(self, incident: dict[str, Any], receiver: str) -> dict[str, Any] | None:
+    def check(self, incident: IncidentBody, receiver: str) -> SilenceView | None:
         now = self.clock()
         with self._lock:
             if time.monotonic() - self._read_at >= self.ttl_s:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from service.classify.incident_json import IncidentExtra
 from service.config import ReceiverSettings
 from service.notify.alert import Alert, HttpRequest, cut
 
@@ -69,18 +70,18 @@ def message(alert: Alert) -> dict[str, Any]:
         ),
         _section("*Root cause*", s["line"], code=True),
     ]
-    if s.get("explanation"):
-        blocks.append(_section("*Why*", s["explanation"]))
+    if explanation := s.get("explanation"):
+        blocks.append(_section("*Why*", explanation))
     fact_fields = [(name, facts.get(key)) for key, name in FACTS]
     if any(v for _, v in fact_fields):
         blocks.append(_fields(fact_fields))
-    if s.get("detail"):
-        blocks.append(_section("*What was seen*", s["detail"]))
+    if detail := s.get("detail"):
+        blocks.append(_section("*What was seen*", detail))
     if s.get("remediation"):
         blocks.append(_section("*First move*", s["remediation"]))
     blocks.extend(_judgements(s.get("extra") or {}))
-    if s["status"] == "resolved" and s.get("resolution"):
-        blocks.append(_section("*Resolution*", s["resolution"]))
+    if s["status"] == "resolved" and (resolution := s.get("resolution")):
+        blocks.append(_section("*Resolution*", resolution))
     evidence = s["evidence"][-EVIDENCE_LINES:]
     if evidence:
         blocks.append(_section("*Evidence*", "\n".join(evidence), code=True, tail=True))
@@ -150,7 +151,7 @@ def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any] | None:
     return {"type": "section", "fields": fields} if fields else None
 
 
-def _judgements(extra: dict[str, Any]) -> list[dict[str, Any] | None]:
+def _judgements(extra: IncidentExtra) -> list[dict[str, Any] | None]:
     """Crash loop, last good vs now, the playbook (owner, evidence, the compatibility
     decision) and fleet membership, as compact sections."""
     out: list[dict[str, Any] | None] = []
@@ -172,19 +173,19 @@ def _judgements(extra: dict[str, Any]) -> list[dict[str, Any] | None]:
                 f"{fleet.get('count')} workloads share {fleet.get('key')}={fleet.get('value')}",
             )
         )
-    pb = extra.get("playbook") or {}
-    if pb.get("decision"):
+    pb = extra.get("playbook")
+    if pb and (decision := pb.get("decision")):
         out.append(
             _section(
                 "*Decision*",
                 "\n".join(
                     f"• {d['option']}: needs {', '.join(d.get('preconditions', []))}"
                     + ("" if d.get("available", True) else " (not available for this image)")
-                    for d in pb["decision"]
+                    for d in decision
                 ),
             )
         )
-    if pb.get("evidence"):
+    if pb and (evidence := pb.get("evidence")):
         owner = f"Owner: {pb['owner']}. " if pb.get("owner") else ""
-        out.append(_section("*Collect*", owner + "; ".join(pb["evidence"][:8])))
+        out.append(_section("*Collect*", owner + "; ".join(evidence[:8])))
     return out

@@ -83,7 +83,7 @@ def read_file(
     default = stream or ("stdin" if path == "-" else path)
     meta = path_meta(path) if path != "-" else {}
     joiner = Joiner(max_line, source=source) if join else None
-    prefix = f"file:{path}:"
+    prefix = f"file:{path}:"  # + line number: Position("file", path, lineno) as text
     lines_in = metrics.LINES_IN.labels(source=source)
     count = 0
     lineno = 0

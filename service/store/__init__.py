@@ -6,6 +6,7 @@ from service.store.effects import (
     DuplicateChunk,
     IncidentWrite,
     PositionAdvance,
+    QuarantineRecord,
     StaleBatch,
     collapse_kinds,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "DuplicateChunk",
     "IncidentWrite",
     "PositionAdvance",
+    "QuarantineRecord",
     "StaleBatch",
     "Store",
     "collapse_kinds",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Connection, RowMapping
 
 from service.labels import validate
 from service.store.schema import feedback, incidents, silences
+from service.store.views import FeedbackReview, FeedbackView, SilenceView
 
 
 def create_silence(
@@ -20,11 +20,11 @@ def create_silence(
     created_by: str,
     comment: str,
     now: float,
-) -> dict[str, Any]:
+) -> SilenceView:
     matchers = validate(matchers)
     if ends_at <= starts_at:
         raise ValueError("ends_at must be after starts_at")
-    row = {
+    silence: SilenceView = {
         "id": uuid.uuid4().hex,
         "matchers": matchers,
         "starts_at": float(starts_at),
@@ -32,12 +32,14 @@ def create_silence(
         "created_by": str(created_by),
         "comment": str(comment),
         "created_at": now,
+        "active": starts_at <= now < ends_at,
     }
+    row = {k: v for k, v in silence.items() if k != "active"}
     conn.execute(insert(silences).values(**row))
-    return _silence(row, now)
+    return silence
 
 
-def list_silences(conn: Connection, now: float, active_only: bool) -> list[dict[str, Any]]:
+def list_silences(conn: Connection, now: float, active_only: bool) -> list[SilenceView]:
     stmt = select(silences).order_by(silences.c.starts_at.desc(), silences.c.id)
     if active_only:
         stmt = stmt.where(silences.c.starts_at <= now, silences.c.ends_at > now)
@@ -55,22 +57,32 @@ def add_feedback(
     category: str | None,
     comment: str | None,
     now: float,
-) -> dict[str, Any] | None:
+) -> FeedbackView | None:
     found = conn.execute(select(incidents.c.id).where(incidents.c.id == incident_id)).first()
     if found is None:
         return None
-    row = {
+    new_id = conn.execute(
+        insert(feedback)
+        .values(
+            incident_id=incident_id,
+            correct=bool(correct),
+            category=category,
+            comment=comment,
+            created_at=now,
+        )
+        .returning(feedback.c.id)
+    ).scalar_one()
+    return {
+        "id": int(new_id),
         "incident_id": incident_id,
         "correct": bool(correct),
         "category": category,
         "comment": comment,
         "created_at": now,
     }
-    new_id = conn.execute(insert(feedback).values(**row).returning(feedback.c.id)).scalar_one()
-    return {"id": int(new_id), **row}
 
 
-def list_feedback(conn: Connection) -> list[dict[str, Any]]:
+def list_feedback(conn: Connection) -> list[FeedbackReview]:
     """Newest first, with what the classifier said (for review and retraining)."""
     f, i = feedback.c, incidents.c
     rows = conn.execute(
@@ -104,10 +116,14 @@ def list_feedback(conn: Connection) -> list[dict[str, Any]]:
     ]
 
 
-def _silence(r: dict[str, Any] | RowMapping, now: float) -> dict[str, Any]:
-    out = {
-        k: r[k]
-        for k in ("id", "matchers", "starts_at", "ends_at", "created_by", "comment", "created_at")
+def _silence(r: RowMapping, now: float) -> SilenceView:
+    return {
+        "id": r["id"],
+        "matchers": r["matchers"],
+        "starts_at": r["starts_at"],
+        "ends_at": r["ends_at"],
+        "created_by": r["created_by"],
+        "comment": r["comment"],
+        "created_at": r["created_at"],
+        "active": r["starts_at"] <= now < r["ends_at"],
     }
-    out["active"] = r["starts_at"] <= now < r["ends_at"]
-    return out

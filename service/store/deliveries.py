@@ -30,16 +30,17 @@ from typing import Any
 from sqlalchemy import exists, func, or_, select, text, update
 from sqlalchemy.engine import Connection
 
+from service.classify.incident_json import IncidentBody
 from service.store.dialect import insert, skip_locked
 from service.store.engine import is_postgres
 from service.store.schema import deliveries, incidents, outbox
 
 # route(incident body, event kind, receivers already engaged with the incident)
 #   → [(receiver, status "pending" | "dropped", note)]
-Route = Callable[[dict[str, Any], str, set[str]], list[tuple[str, str, str | None]]]
+Route = Callable[[IncidentBody, str, set[str]], list[tuple[str, str, str | None]]]
 # hold(incident body) → seconds after the incident's first outbox event before a receiver
 # that was told nothing about it yet may get its first message (0: none; fleet detection)
-Hold = Callable[[dict[str, Any]], float]
+Hold = Callable[[IncidentBody], float]
 
 
 @dataclass(slots=True)
@@ -55,7 +56,7 @@ class Claim:
     """One message to send: the incident as it is now, covering ``events``."""
 
     receiver: str
-    incident: dict[str, Any]  # Incident.to_dict(), current
+    incident: IncidentBody  # current
     version: int
     delivery_ids: list[int]
     events: list[ClaimedEvent] = field(default_factory=list)

@@ -4,7 +4,13 @@ transaction."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
+
+from service.classify.incident_json import IncidentBody, IncidentSummary
+from service.classify.stream_state import StreamSnapshot
+from service.classify.tracker import NoveltySnapshot
+from service.classify.workload import WorkloadSnapshot
+from service.records import Position
 
 NOTIFIABLE = ("opened", "updated", "resolved")
 
@@ -23,26 +29,37 @@ class IncidentWrite:
     """One incident touched by the batch: its final state and its notifiable changes in
     order (``opened`` / ``updated`` / ``resolved``; empty when only evidence was added)."""
 
-    body: dict[str, Any]  # Incident.to_dict()
-    summary: dict[str, Any]  # Incident.summary(), kept with each outbox event
+    body: IncidentBody
+    summary: IncidentSummary  # kept with each outbox event
     kinds: list[str] = field(default_factory=list)
     notify: bool = True  # False: bump the version but enqueue no outbox event
 
 
 @dataclass(slots=True)
 class PositionAdvance:
-    """Compare-and-set of a source position: ``expected`` is the applied offset the batch was
+    """Compare-and-set of a source position: the applied offset of ``to.source`` /
+    ``to.partition`` becomes ``to.offset``; ``expected`` is the applied offset the batch was
     filtered against (None: none yet); the commit fails with :class:`StaleBatch` otherwise."""
 
-    source: str
-    partition: str
+    to: Position
     expected: int | None
-    position: int
+
+
+class QuarantineRecord(TypedDict):
+    """A record whose classification raised (a row of the ``quarantine`` table)."""
+
+    source: str
+    stream: str
+    position: str | None
+    reason: str  # the exception's type
+    error: str
+    text: str  # its first QUARANTINE_TEXT_CAP characters
+    length: int  # of the whole text
 
 
 @dataclass
 class BatchEffects:
-    streams: dict[str, dict[str, Any]] = field(default_factory=dict)  # key → snapshot
+    streams: dict[str, StreamSnapshot] = field(default_factory=dict)  # key → snapshot
     incidents: list[IncidentWrite] = field(default_factory=list)
     positions: list[PositionAdvance] = field(default_factory=list)
     chunk_id: str | None = None
@@ -52,13 +69,13 @@ class BatchEffects:
     # Streams not listed are written whatever their version.
     stream_versions: dict[str, int | None] = field(default_factory=dict)
     # records whose classification raised (rows of the ``quarantine`` table)
-    quarantined: list[dict[str, Any]] = field(default_factory=list)
+    quarantined: list[QuarantineRecord] = field(default_factory=list)
     # workload key → what its pods share (WorkloadState.to_dict()), with the version each
     # continues: compare-and-set as for streams (None: insert only)
-    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    workloads: dict[str, WorkloadSnapshot] = field(default_factory=dict)
     workload_versions: dict[str, int | None] = field(default_factory=dict)
     # the novelty miner's templates when new ones appeared (NoveltyDetector.to_dict())
-    novelty: dict[str, Any] | None = None
+    novelty: NoveltySnapshot | None = None
     # filled in by commit_batch: incidents left untouched because they were resolved by
     # hand (the pipeline drops them from its in-memory state)
     skipped_incidents: set[str] = field(default_factory=set)

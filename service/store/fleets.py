@@ -37,10 +37,12 @@ from service.classify.fleet import (
     with_members,
 )
 from service.classify.incident import Incident
+from service.classify.incident_json import IncidentBody
 from service.store import writes
 from service.store.dialect import insert
 from service.store.engine import is_postgres
 from service.store.schema import incidents, outbox
+from service.store.views import FleetMember
 
 FLEET_PREFIX = "fleet/"
 MAX_CANDIDATES = 2000
@@ -49,14 +51,15 @@ MAX_CANDIDATES = 2000
 @dataclass(slots=True)
 class FleetJoin:
     fleet_id: str
-    body: dict[str, Any]  # the fleet incident, current
+    body: IncidentBody  # the fleet incident, current
     created: bool  # this call created it (and its ``opened`` outbox event)
 
 
-def _body(row: Any) -> dict[str, Any]:
-    """An incident row as the dict :mod:`service.classify.fleet` reads."""
-    body = dict(row.body)
-    body["id"] = row.id
+def _body(row: Any) -> IncidentBody:
+    """An incident row's body as :mod:`service.classify.fleet` reads it (its id and
+    ``opened_at`` the row's)."""
+    stored: IncidentBody = row.body
+    body: IncidentBody = {**stored, "id": row.id}
     if row.opened_at is not None:
         body["opened_at"] = float(row.opened_at)
     return body
@@ -174,9 +177,9 @@ def join(
     return _attach(conn, inc.id, ids, now, created=True)
 
 
-def _fleet_key(body: dict[str, Any]) -> tuple[str, str]:
-    f = (body.get("extra") or {}).get("fleet") or {}
-    return str(f.get("key") or ""), str(f.get("value") or "")
+def _fleet_key(body: IncidentBody) -> tuple[str, str]:
+    f = (body.get("extra") or {}).get("fleet")
+    return (str(f.get("key") or ""), str(f.get("value") or "")) if f else ("", "")
 
 
 def _lock(conn: Connection, category: str) -> None:
@@ -258,7 +261,7 @@ def resolve_finished(conn: Connection, incident_ids: list[str], now: float) -> l
     return done
 
 
-def members(conn: Connection, fid: str) -> list[dict[str, Any]]:
+def members(conn: Connection, fid: str) -> list[FleetMember]:
     """The member incidents of a fleet (for ``GET /incidents/{fleet id}``)."""
     t = incidents.c
     return [

@@ -8,7 +8,12 @@ with ``BEGIN IMMEDIATE``, which serialises writers on the database file.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -19,8 +24,10 @@ from sqlalchemy import Engine, inspect, text
 from service.store.engine import is_postgres
 from service.store.schema import metadata
 
+log = logging.getLogger("vllm_sentinel.store")
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 ADVISORY_LOCK_KEY = 0x5E471E1  # "sentinel" schema lock
+SCHEMA_CHECK_S = 5.0  # a missing schema is looked for (and re-created) at most this often
 
 
 def _config() -> Config:
@@ -81,3 +88,43 @@ def upgrade(engine: Engine) -> None:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": ADVISORY_LOCK_KEY})
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
+
+
+class SchemaRepair:
+    """A database that lost the schema gets it again (:func:`repair`), looked for at most
+    every ``SCHEMA_CHECK_S`` unless forced; the repair queues on the store's write lock."""
+
+    def __init__(self, engine: Engine, write_lock: AbstractContextManager[Any]) -> None:
+        self.engine = engine
+        self._write_lock = write_lock
+        self._lock = threading.Lock()
+        self._checked = float("-inf")
+
+    def ping(self) -> list[str]:
+        """Every table there, else repaired now: the tables re-created ([] normally).
+        RuntimeError when tables are still missing."""
+        if not missing_tables(self.engine):
+            return []
+        repaired = self.ensure(force=True)
+        still = missing_tables(self.engine)
+        if still:
+            raise RuntimeError(f"store tables missing: {', '.join(still)}")
+        return repaired
+
+    def ensure(self, force: bool = False) -> list[str]:
+        """The tables re-created ([] when none was missing, or looked for too recently)."""
+        with self._lock:
+            if not force and time.monotonic() - self._checked < SCHEMA_CHECK_S:
+                return []
+            self._checked = time.monotonic()
+            if not missing_tables(self.engine):
+                return []
+            with self._write_lock:
+                repaired = repair(self.engine)
+            if repaired:
+                log.warning(
+                    "store: the database had lost the schema (%s); re-created it at "
+                    "the newest revision",
+                    ", ".join(repaired),
+                )
+            return repaired

@@ -4,17 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from sqlalchemy import exists, func, select
 from sqlalchemy.engine import Connection
 
+from service.classify.incident_json import IncidentBody
+from service.metrics import StoreGauges
 from service.store.schema import deliveries, incidents, outbox
 
 ID_CHUNK = 500  # ids per IN (...) list
 
 
-def open_told(conn: Connection, receiver: str, limit: int = 10_000) -> list[dict[str, Any]]:
+def open_told(conn: Connection, receiver: str, limit: int = 10_000) -> list[IncidentBody]:
     """Bodies of the open incidents ``receiver`` was sent a message about, oldest first."""
     d, i = deliveries.c, incidents.c
     rows = conn.execute(
@@ -29,17 +30,20 @@ def open_told(conn: Connection, receiver: str, limit: int = 10_000) -> list[dict
     return [r.body for r in rows]
 
 
-def incidents_by_id(conn: Connection, ids: list[str]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def incidents_by_id(conn: Connection, ids: list[str]) -> list[IncidentBody]:
+    """The bodies of these incidents, with the row's status."""
+    out: list[IncidentBody] = []
     for part in _chunks(ids, ID_CHUNK):
         rows = conn.execute(
             select(incidents.c.body, incidents.c.status).where(incidents.c.id.in_(part))
         )
-        out += [{**r.body, "status": r.status} for r in rows]
+        for r in rows:
+            body: IncidentBody = r.body
+            out.append({**body, "status": r.status})
     return out
 
 
-def gauges(conn: Connection, now: float) -> dict[str, Any]:
+def gauges(conn: Connection, now: float) -> StoreGauges:
     """``open``: {(tier, category): count}; ``pending``: {receiver: (count, oldest age s)}
     of deliveries not sent yet; ``outbox``: (events not expanded, oldest age s)."""
     i, d, o = incidents.c, deliveries.c, outbox.c

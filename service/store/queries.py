@@ -11,6 +11,10 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Connection, RowMapping
 
 from service.classify.incident import Incident
+from service.classify.incident_json import IncidentBody
+from service.classify.stream_state import StreamSnapshot
+from service.classify.tracker import NoveltySnapshot
+from service.classify.workload import WorkloadSnapshot
 from service.store.fleets import members as fleet_members
 from service.store.schema import (
     deliveries,
@@ -23,6 +27,15 @@ from service.store.schema import (
     source_positions,
     streams,
     workloads,
+)
+from service.store.views import (
+    DeliveryView,
+    FeedbackView,
+    IncidentDetail,
+    IncidentView,
+    QuarantineRow,
+    StoreStats,
+    StreamView,
 )
 
 FILTERS = (
@@ -40,11 +53,14 @@ FILTERS = (
 MAX_LIMIT = 500
 
 
-def load_stream(conn: Connection, key: str) -> dict[str, Any] | None:
-    return conn.execute(select(streams.c.state).where(streams.c.key == key)).scalar()
+def load_stream(conn: Connection, key: str) -> StreamSnapshot | None:
+    state: StreamSnapshot | None = conn.execute(
+        select(streams.c.state).where(streams.c.key == key)
+    ).scalar()
+    return state
 
 
-def load_stream_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | None, int | None]:
+def load_stream_versioned(conn: Connection, key: str) -> tuple[StreamSnapshot | None, int | None]:
     """(snapshot, version); (None, None) for an unknown stream."""
     row = conn.execute(
         select(streams.c.state, streams.c.version).where(streams.c.key == key)
@@ -52,7 +68,9 @@ def load_stream_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | 
     return (None, None) if row is None else (row.state, int(row.version))
 
 
-def load_workload_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] | None, int | None]:
+def load_workload_versioned(
+    conn: Connection, key: str
+) -> tuple[WorkloadSnapshot | None, int | None]:
     """(state, version) of a workload; (None, None) for an unknown one."""
     row = conn.execute(
         select(workloads.c.state, workloads.c.version).where(workloads.c.key == key)
@@ -60,8 +78,11 @@ def load_workload_versioned(conn: Connection, key: str) -> tuple[dict[str, Any] 
     return (None, None) if row is None else (row.state, int(row.version))
 
 
-def load_novelty(conn: Connection, name: str) -> dict[str, Any] | None:
-    return conn.execute(select(novelty.c.state).where(novelty.c.name == name)).scalar()
+def load_novelty(conn: Connection, name: str) -> NoveltySnapshot | None:
+    state: NoveltySnapshot | None = conn.execute(
+        select(novelty.c.state).where(novelty.c.name == name)
+    ).scalar()
+    return state
 
 
 def applied_position(conn: Connection, source: str, partition: str) -> int | None:
@@ -76,34 +97,32 @@ def chunk_seen(conn: Connection, chunk_id: str) -> bool:
     return conn.execute(stmt).first() is not None
 
 
-def incident_view(row: RowMapping) -> dict[str, Any]:
+def incident_view(row: RowMapping) -> IncidentView:
     """The summary plus what the API shows beside it. ``opened_at`` is the log time of the
     root-cause line, or when the store first saw the incident if the log carried no time."""
-    body = row["body"]
-    out = Incident.from_dict(body).summary()
-    out.update(
-        opened_at=row["opened_at"],
-        stream=row["stream"],
-        namespace=row["namespace"],
-        pod=row["pod"],
-        node=row["node"],
-        updated_at=row["updated_at"],
-        version=row["version"],
-        meta=body.get("meta") or {},
-        facts=body.get("facts") or {},
-        timeline=body.get("timeline") or {},
-        fleet_id=row.get("fleet_id"),
-    )
-    return out
+    body: IncidentBody = row["body"]
+    return {
+        **Incident.from_dict(body).summary(),
+        "opened_at": row["opened_at"],
+        "stream": row["stream"],
+        "namespace": row["namespace"],
+        "pod": row["pod"],
+        "node": row["node"],
+        "updated_at": row["updated_at"],
+        "version": row["version"],
+        "meta": body.get("meta") or {},
+        "facts": body.get("facts") or {},
+        "timeline": body.get("timeline") or {},
+        "fleet_id": row.get("fleet_id"),
+    }
 
 
-def get_incident(conn: Connection, incident_id: str) -> dict[str, Any] | None:
+def get_incident(conn: Connection, incident_id: str) -> IncidentDetail | None:
     row = conn.execute(select(incidents).where(incidents.c.id == incident_id)).mappings().first()
     if row is None:
         return None
-    out = incident_view(row)
     d = deliveries.c
-    out["deliveries"] = [
+    delivered: list[DeliveryView] = [
         {
             "receiver": r.receiver,
             "version": r.version,
@@ -130,15 +149,20 @@ def get_incident(conn: Connection, incident_id: str) -> dict[str, Any] | None:
             .order_by(d.version, d.receiver)
         )
     ]
-    if (row["body"].get("meta") or {}).get("fleet"):
-        out["members"] = fleet_members(conn, incident_id)
-    out["feedback"] = [
-        _feedback(r)
-        for r in conn.execute(
-            select(feedback).where(feedback.c.incident_id == incident_id).order_by(feedback.c.id)
-        ).mappings()
-    ]
-    return out
+    fleet = (row["body"].get("meta") or {}).get("fleet")
+    return {
+        **incident_view(row),
+        "deliveries": delivered,
+        "members": fleet_members(conn, incident_id) if fleet else None,
+        "feedback": [
+            _feedback(r)
+            for r in conn.execute(
+                select(feedback)
+                .where(feedback.c.incident_id == incident_id)
+                .order_by(feedback.c.id)
+            ).mappings()
+        ],
+    }
 
 
 def list_incidents(
@@ -147,7 +171,7 @@ def list_incidents(
     since: float | None,
     limit: int,
     cursor: str | None,
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[IncidentView], str | None]:
     """Newest first (by ``opened_at``, then id), keyset-paginated; ``since`` keeps incidents
     opened at or after it."""
     t = incidents.c
@@ -176,11 +200,11 @@ def list_incidents(
     return items, nxt
 
 
-def stream(conn: Connection, key: str) -> dict[str, Any] | None:
+def stream(conn: Connection, key: str) -> StreamView | None:
     row = conn.execute(select(streams).where(streams.c.key == key)).mappings().first()
     if row is None:
         return None
-    st = row["state"]
+    st: StreamSnapshot = row["state"]
     open_ids = (
         conn.execute(
             select(incidents.c.id)
@@ -207,7 +231,7 @@ def stream(conn: Connection, key: str) -> dict[str, Any] | None:
     }
 
 
-def stats(conn: Connection) -> dict[str, Any]:
+def stats(conn: Connection) -> StoreStats:
     t = incidents.c
 
     def counts(col: Any, table: Any = incidents) -> dict[str, int]:
@@ -242,7 +266,7 @@ def count_open(conn: Connection) -> int:
     )
 
 
-def _feedback(r: RowMapping) -> dict[str, Any]:
+def _feedback(r: RowMapping) -> FeedbackView:
     return {
         "id": r["id"],
         "incident_id": r["incident_id"],
@@ -267,8 +291,21 @@ def _decode_cursor(cursor: str) -> tuple[float, str]:
         raise ValueError(f"invalid cursor {cursor!r}") from exc
 
 
-def list_quarantine(conn: Connection, limit: int) -> list[dict[str, Any]]:
+def list_quarantine(conn: Connection, limit: int) -> list[QuarantineRow]:
     """Quarantined records, newest first."""
     q = quarantine.c
     rows = conn.execute(select(quarantine).order_by(q.id.desc()).limit(limit)).mappings()
-    return [dict(r) for r in rows]
+    return [
+        {
+            "id": r["id"],
+            "source": r["source"],
+            "stream": r["stream"],
+            "position": r["position"],
+            "reason": r["reason"],
+            "error": r["error"],
+            "text": r["text"],
+            "length": r["length"],
+            "created_at": r["created_at"],
+        }
+        for r in rows
+    ]

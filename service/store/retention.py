@@ -16,7 +16,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, exists, select
+from sqlalchemy import ColumnElement, delete, exists, select
 from sqlalchemy.engine import Connection
 
 from service.store.schema import deliveries, feedback, incidents, outbox, streams, workloads
@@ -24,7 +24,7 @@ from service.store.schema import deliveries, feedback, incidents, outbox, stream
 BATCH = 500
 
 
-def _keep(before: float) -> list:
+def _keep(before: float) -> list[ColumnElement[bool]]:
     """Conditions under which a resolved incident may go."""
     i, o, d = incidents.c, outbox.c, deliveries.c
     return [

@@ -15,17 +15,32 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from service import metrics
 from service.classify.fleet import FLEET_PRONE
+from service.classify.incident_json import IncidentBody
+from service.classify.stream_state import StreamSnapshot
+from service.classify.tracker import NoveltySnapshot
+from service.classify.workload import WorkloadSnapshot
+from service.metrics import StoreGauges
 from service.store import annotations as notes
 from service.store import deliveries, fleets, observe, queries, retention, writes
 from service.store.deliveries import Claim, Hold, Route
 from service.store.effects import BatchEffects
 from service.store.engine import is_memory_sqlite, is_postgres, make_engine
 from service.store.identity import InstanceLock
-from service.store.migrate import missing_tables, repair, upgrade
+from service.store.migrate import SchemaRepair, upgrade
+from service.store.views import (
+    FeedbackReview,
+    FeedbackView,
+    FleetMember,
+    IncidentDetail,
+    IncidentView,
+    QuarantineRow,
+    SilenceView,
+    StoreStats,
+    StreamView,
+)
 
 log = logging.getLogger("vllm_sentinel.store")
 DAY = 86_400.0
-SCHEMA_CHECK_S = 5.0  # a missing schema is looked for (and re-created) at most this often
 
 
 class Store:
@@ -51,8 +66,6 @@ class Store:
         self.stream_retention_days = stream_retention_days
         self.retention_interval_s = retention_interval_s
         self._retained_at = float("-inf")
-        self._schema_lock = threading.Lock()
-        self._schema_checked = float("-inf")
         # SQLite has one writer at a time: queue this process's writers on a lock rather
         # than in SQLite's sleeping busy handler (other processes still use busy_timeout)
         self._write_lock: AbstractContextManager[Any] = (
@@ -62,6 +75,7 @@ class Store:
         self._read_lock: AbstractContextManager[Any] = (
             self._write_lock if is_memory_sqlite(self.engine) else nullcontext()
         )
+        self._schema = SchemaRepair(self.engine, self._write_lock)
 
     @property
     def is_postgres(self) -> bool:
@@ -80,34 +94,13 @@ class Store:
         ([] normally). Raises when the database cannot be reached, or tables are still
         missing (:class:`~service.store.migrate.SchemaDamaged`, or re-created by another
         instance a moment ago and checked again at the next probe)."""
-        missing = missing_tables(self.engine)
-        if not missing:
-            return []
-        repaired = self.ensure_schema(force=True)
-        still = missing_tables(self.engine)
-        if still:
-            raise RuntimeError(f"store tables missing: {', '.join(still)}")
-        return repaired
+        return self._schema.ping()
 
     def ensure_schema(self, force: bool = False) -> list[str]:
         """Re-create the schema if the database lost it (every table missing: migrations run
         from the start). Returns the tables re-created. Looks at most every
         ``SCHEMA_CHECK_S`` unless ``force``."""
-        with self._schema_lock:
-            if not force and time.monotonic() - self._schema_checked < SCHEMA_CHECK_S:
-                return []
-            self._schema_checked = time.monotonic()
-            if not missing_tables(self.engine):
-                return []
-            with self._write_lock:
-                repaired = repair(self.engine)
-            if repaired:
-                log.warning(
-                    "store: the database had lost the schema (%s); re-created it at "
-                    "the newest revision",
-                    ", ".join(repaired),
-                )
-            return repaired
+        return self._schema.ensure(force)
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
@@ -132,21 +125,21 @@ class Store:
             raise
 
     # ---- pipeline --------------------------------------------------------------------
-    def load_stream(self, key: str) -> dict[str, Any] | None:
+    def load_stream(self, key: str) -> StreamSnapshot | None:
         with self._read() as conn:
             return queries.load_stream(conn, key)
 
-    def load_stream_versioned(self, key: str) -> tuple[dict[str, Any] | None, int | None]:
+    def load_stream_versioned(self, key: str) -> tuple[StreamSnapshot | None, int | None]:
         """The snapshot and its version (pass it back in ``BatchEffects.stream_versions``)."""
         with self._read() as conn:
             return queries.load_stream_versioned(conn, key)
 
-    def load_workload_versioned(self, key: str) -> tuple[dict[str, Any] | None, int | None]:
+    def load_workload_versioned(self, key: str) -> tuple[WorkloadSnapshot | None, int | None]:
         """A workload's saved state and its version (``BatchEffects.workload_versions``)."""
         with self._read() as conn:
             return queries.load_workload_versioned(conn, key)
 
-    def load_novelty(self) -> dict[str, Any] | None:
+    def load_novelty(self) -> NoveltySnapshot | None:
         """The novelty miner's saved templates, or None."""
         with self._read() as conn:
             return queries.load_novelty(conn, writes.NOVELTY)
@@ -229,7 +222,7 @@ class Store:
         return out
 
     # ---- incidents and streams -------------------------------------------------------
-    def get_incident(self, id: str) -> dict[str, Any] | None:  # noqa: A002 - API name
+    def get_incident(self, id: str) -> IncidentDetail | None:  # noqa: A002 - API name
         with self._read() as conn:
             return queries.get_incident(conn, id)
 
@@ -249,7 +242,7 @@ class Store:
         limit: int = 50,
         cursor: str | None = None,
         fleet_id: str | None = None,
-    ) -> tuple[list[dict[str, Any]], str | None]:
+    ) -> tuple[list[IncidentView], str | None]:
         """Newest first; pass the returned cursor back for the next page (None: last page).
         ``fleet_id`` keeps the members of that fleet incident. ValueError for a malformed
         cursor."""
@@ -268,7 +261,7 @@ class Store:
         with self._read() as conn:
             return queries.list_incidents(conn, filters, since, limit, cursor)
 
-    def resolve_incident(self, id: str, reason: str, at: float) -> dict[str, Any] | None:  # noqa: A002
+    def resolve_incident(self, id: str, reason: str, at: float) -> IncidentDetail | None:  # noqa: A002
         """Resolve by hand (enqueues the ``resolved`` notification once); None: unknown id."""
         with self._write() as conn:
             if writes.resolve_incident(conn, id, reason, at) is None:
@@ -276,11 +269,11 @@ class Store:
             fleets.resolve_finished(conn, [id], at)
         return self.get_incident(id)
 
-    def stream(self, key: str) -> dict[str, Any] | None:
+    def stream(self, key: str) -> StreamView | None:
         with self._read() as conn:
             return queries.stream(conn, key)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> StoreStats:
         with self._read() as conn:
             return queries.stats(conn)
 
@@ -288,18 +281,18 @@ class Store:
         with self._read() as conn:
             return queries.count_open(conn)
 
-    def gauges(self) -> dict[str, Any]:
+    def gauges(self) -> StoreGauges:
         """Open incidents by (tier, category), pending deliveries and outbox backlog (see
         :func:`observe.gauges`)."""
         with self._read() as conn:
             return observe.gauges(conn, self.clock())
 
-    def open_told(self, receiver: str) -> list[dict[str, Any]]:
+    def open_told(self, receiver: str) -> list[IncidentBody]:
         """Open incidents ``receiver`` was sent a message about (re-posting alerts)."""
         with self._read() as conn:
             return observe.open_told(conn, receiver)
 
-    def incidents_by_id(self, ids: list[str]) -> list[dict[str, Any]]:
+    def incidents_by_id(self, ids: list[str]) -> list[IncidentBody]:
         with self._read() as conn:
             return observe.incidents_by_id(conn, ids)
 
@@ -311,7 +304,7 @@ class Store:
         created_by: str,
         comment: str,
         starts_at: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> SilenceView:
         """ValueError for unknown matcher fields, empty matchers or an empty window."""
         now = self.clock()
         with self._write() as conn:
@@ -325,7 +318,7 @@ class Store:
                 now,
             )
 
-    def list_silences(self, active_only: bool = False) -> list[dict[str, Any]]:
+    def list_silences(self, active_only: bool = False) -> list[SilenceView]:
         with self._read() as conn:
             return notes.list_silences(conn, self.clock(), active_only)
 
@@ -335,15 +328,15 @@ class Store:
 
     def add_feedback(
         self, incident_id: str, correct: bool, category: str | None, comment: str | None
-    ) -> dict[str, Any] | None:
+    ) -> FeedbackView | None:
         with self._write() as conn:
             return notes.add_feedback(conn, incident_id, correct, category, comment, self.clock())
 
-    def list_feedback(self) -> list[dict[str, Any]]:
+    def list_feedback(self) -> list[FeedbackReview]:
         with self._read() as conn:
             return notes.list_feedback(conn)
 
-    def list_quarantine(self, limit: int = 100) -> list[dict[str, Any]]:
+    def list_quarantine(self, limit: int = 100) -> list[QuarantineRow]:
         with self._read() as conn:
             return queries.list_quarantine(conn, limit)
 
@@ -412,7 +405,7 @@ class Store:
         *,
         threshold: int,
         window_s: float,
-        covers: Callable[[dict[str, Any]], bool],
+        covers: Callable[[IncidentBody], bool],
         prone: frozenset[str] = FLEET_PRONE,
     ) -> str | None:
         """One transaction: find (or create, once across instances) the open fleet incident
@@ -441,6 +434,6 @@ class Store:
             )
             return joined.fleet_id
 
-    def fleet_members(self, fleet_id: str) -> list[dict[str, Any]]:
+    def fleet_members(self, fleet_id: str) -> list[FleetMember]:
         with self._read() as conn:
             return fleets.members(conn, fleet_id)

@@ -4,12 +4,16 @@ events)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
 from service.classify.incident import Incident
+from service.classify.incident_json import IncidentBody
+from service.classify.stream_state import StreamSnapshot
+from service.classify.workload import WorkloadSnapshot
+from service.records import Position
 from service.store.dialect import insert
 from service.store.effects import BatchEffects, DuplicateChunk, StaleBatch
 from service.store.schema import (
@@ -37,7 +41,7 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
         if conn.execute(stmt).first() is None:  # (rowcount is unreliable for INSERT)
             raise DuplicateChunk(eff.chunk_id)
     for p in eff.positions:
-        _advance(conn, p.source, p.partition, p.expected, p.position, now)
+        _advance(conn, p.to, p.expected, now)
     if eff.streams:
         _write_streams(conn, eff, now)
     for key, state in eff.workloads.items():
@@ -131,7 +135,7 @@ def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
 
 
 def _write_workload(
-    conn: Connection, key: str, state: dict[str, Any], expected: int | None, now: float
+    conn: Connection, key: str, state: WorkloadSnapshot, expected: int | None, now: float
 ) -> None:
     """Compare-and-set on the version the batch loaded (insert-only when it was None);
     :class:`StaleBatch` when another writer got there first."""
@@ -153,9 +157,8 @@ def _write_workload(
         raise StaleBatch(f"workload {key}: changed since version {expected}")
 
 
-def _advance(
-    conn: Connection, source: str, partition: str, expected: int | None, position: int, now: float
-) -> None:
+def _advance(conn: Connection, to: Position, expected: int | None, now: float) -> None:
+    source, partition, position = to
     if expected is None:
         stmt = insert(conn, source_positions).values(
             source=source, partition=partition, position=position, updated_at=now
@@ -173,7 +176,26 @@ def _advance(
         raise StaleBatch(f"{source} {partition}: expected applied offset {expected}")
 
 
-def incident_columns(body: dict[str, Any], now: float) -> dict[str, Any]:
+class IncidentColumns(TypedDict):
+    """An ``incidents`` row as written (the columns queries filter on, and the body)."""
+
+    id: str
+    stream: str
+    status: str
+    severity: str
+    tier: str
+    category: str
+    stage: str
+    namespace: str | None
+    pod: str | None
+    node: str | None
+    opened_at: float
+    updated_at: float
+    resolved_at: float | None
+    body: IncidentBody
+
+
+def incident_columns(body: IncidentBody, now: float) -> IncidentColumns:
     p = body["primary"]
     meta = body.get("meta") or {}
     status = body.get("status", "open")
@@ -195,7 +217,7 @@ def incident_columns(body: dict[str, Any], now: float) -> dict[str, Any]:
     }
 
 
-def upsert_incident(conn: Connection, body: dict[str, Any], bump: int, now: float) -> int | None:
+def upsert_incident(conn: Connection, body: IncidentBody, bump: int, now: float) -> int | None:
     """Insert or update; the version grows by ``bump``. None when the stored incident is
     resolved already (resolved by hand: the classifier's later changes are ignored)."""
     cols = incident_columns(body, now)
@@ -241,13 +263,14 @@ def resolve_incident(
         return None
     if row.status == "resolved":
         return False
-    body = dict(row.body)
-    body.update(
-        status="resolved",
-        resolved_at=at,
-        resolution=reason,
-        extra={**(body.get("extra") or {}), "resolved_by": by},
-    )
+    before: IncidentBody = row.body
+    body: IncidentBody = {
+        **before,
+        "status": "resolved",
+        "resolved_at": at,
+        "resolution": reason,
+        "extra": {**(before.get("extra") or {}), "resolved_by": by},
+    }
     version = int(row.version) + 1
     conn.execute(
         update(incidents)
@@ -270,12 +293,14 @@ def resolve_incident(
             snapshot=Incident.from_dict(body).summary(),
         )
     )
-    state = conn.execute(
+    state: StreamSnapshot | None = conn.execute(
         select(streams.c.state).where(streams.c.key == row.stream).with_for_update()
     ).scalar()
     if state and any(i.get("id") == incident_id for i in state.get("incidents", [])):
-        state = dict(state)
-        state["incidents"] = [i for i in state["incidents"] if i.get("id") != incident_id]
+        state = {
+            **state,
+            "incidents": [i for i in state["incidents"] if i.get("id") != incident_id],
+        }
         conn.execute(
             update(streams)
             .where(streams.c.key == row.stream)

@@ -60,7 +60,7 @@ def cross_validate(
         )
         pipe = fit_pipeline(config, seed, [texts[i] for i in a], y[a], groups[a])
         cols = [classes.index(c) for c in pipe.classes_]
-        oof[np.ix_(b, cols)] = pipe.predict_proba(as_matrix([texts[i] for i in b]))
+        oof[np.ix_(b, np.asarray(cols))] = pipe.predict_proba(as_matrix([texts[i] for i in b]))
         fold_of[b] = k
         po = np.zeros((len(ood_fields), len(classes)))
         if ood_fields:

@@ -49,8 +49,8 @@ def load_cases(directory: Path) -> list[Case]:
 
 def predict(case: Case, clf: Classifier) -> dict[str, Any]:
     reports = classify_records(read_file(str(case.path), stream=case.id), clf)
-    rep = reports[0] if reports else {"incidents": [], "stage": None, "status": "starting"}
-    crit = [i for i in rep["incidents"] if i["severity"] == "critical"]
+    rep = reports[0] if reports else None
+    crit = [i for i in rep["incidents"] if i["severity"] == "critical"] if rep else []
     if crit:
         p = crit[0]
         return {
@@ -64,7 +64,7 @@ def predict(case: Case, clf: Classifier) -> dict[str, Any]:
     return {
         "tier": "none",
         "category": "healthy",
-        "stage": rep["stage"],
+        "stage": rep["stage"] if rep else None,
         "line": "",
         "rule": None,
         "method": None,

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import IO, Any
+from typing import IO, TypedDict
 
 from service.parse.line import parse_line
+from service.store.views import FeedbackReview
 from service.taxonomy import CATEGORY_TIER
+
+
+class Correction(TypedDict):
+    """One line of the exported JSONL."""
+
+    text: str
+    category: str
+    incident_id: str
+    correct: bool
 
 
 def training_text(line: str | None) -> str:
@@ -27,9 +37,9 @@ def training_text(line: str | None) -> str:
     return (parsed.message or parsed.text).strip()
 
 
-def corrections(feedback: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+def corrections(feedback: Iterable[FeedbackReview]) -> tuple[list[Correction], dict[str, int]]:
     """Rows of :meth:`Store.list_feedback` (newest first) → (corrections, skipped counts)."""
-    out: list[dict[str, Any]] = []
+    out: list[Correction] = []
     skipped = {"older_feedback": 0, "no_category": 0, "no_line": 0, "unknown_category": 0}
     seen: set[str] = set()
     for row in feedback:
@@ -60,6 +70,6 @@ def corrections(feedback: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]
     return out, skipped
 
 
-def write_jsonl(rows: list[dict[str, Any]], fh: IO[str]) -> None:
+def write_jsonl(rows: list[Correction], fh: IO[str]) -> None:
     for r in rows:
         fh.write(json.dumps(r, ensure_ascii=False) + "\n")

@@ -93,7 +93,7 @@ def train(
     config: dict[str, Any] | None = None,
     quiet: bool = False,
     max_examples: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Train on ``data_dir``, write the artifact, manifest and model card to ``out_dir``.
 
     Returns the manifest (a dict). ``max_examples`` trains on a seeded stratified subset

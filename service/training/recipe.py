@@ -13,7 +13,7 @@ package stays importable without it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +43,7 @@ MODEL_CONFIG: dict[str, Any] = {
 def _oov_tfidf_class() -> type:
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    class OovAwareTfidf(TfidfVectorizer):
+    class OovAwareTfidf(TfidfVectorizer):  # type: ignore[misc]  # scikit-learn is untyped
         """TF-IDF whose L2 norm also counts the terms it does not know.
 
         A plain TfidfVectorizer drops unknown terms before normalising, so a text made of
@@ -53,15 +53,15 @@ def _oov_tfidf_class() -> type:
         text gets small feature values, a decision near the intercepts, and the model
         abstains. Construct with ``norm=None``; the normalisation is done here."""
 
-        def fit_transform(self, raw_documents, y=None):
+        def fit_transform(self, raw_documents: Iterable[str], y: Any = None) -> Any:
             docs = list(raw_documents)
             return self._oov_normalise(super().fit_transform(docs, y), docs)
 
-        def transform(self, raw_documents):
+        def transform(self, raw_documents: Iterable[str]) -> Any:
             docs = list(raw_documents)
             return self._oov_normalise(super().transform(docs), docs)
 
-        def _oov_normalise(self, X, docs):
+        def _oov_normalise(self, X: Any, docs: list[str]) -> Any:
             import scipy.sparse as sp
 
             analyze = self.build_analyzer()
@@ -161,7 +161,9 @@ def build_pipeline(config: dict[str, Any], seed: int, cv: Any = None) -> Any:
     return Pipeline([("features", features), ("clf", clf)])
 
 
-def group_splits(y: np.ndarray, groups: np.ndarray, n: int, seed: int) -> list[tuple]:
+def group_splits(
+    y: np.ndarray, groups: np.ndarray, n: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """``n`` class-stratified folds of whole groups (``StratifiedGroupKFold``): no group is
     ever on both sides of a split."""
     from sklearn.model_selection import StratifiedGroupKFold

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import hmac
 import secrets
-from typing import Any
 
 from fastapi import Request, Response
 
 from service.api.auth import read_tokens, write_tokens
+from service.api.deps import get_ctx
+from service.config import ApiSettings
 from service.netguard import is_loopback
 
 COOKIE = "sentinel_token"
@@ -32,8 +33,8 @@ MAX_AGE_S = 12 * 3600
 MAX_TOKEN_LEN = 4096
 
 
-def _settings(request: Request) -> Any:
-    return request.app.state.ctx.settings.api
+def _settings(request: Request) -> ApiSettings:
+    return get_ctx(request).settings.api
 
 
 def given_token(request: Request) -> str | None:

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
+from service.classify.incident_json import IncidentBody
+from service.classify.stream_state import StreamSnapshot
+from service.store import Store
 from service.store.fleets import FLEET_PREFIX, members
 from service.store.queries import _decode_cursor, _encode_cursor, incident_view
 from service.store.schema import incidents, silences, streams
+from service.store.views import FleetView, IncidentView, SilenceView
 
 # list filters: form field → incidents column
 FILTERS = {
@@ -36,14 +40,40 @@ MAX_STREAMS = 300  # each snapshot is read whole (its open incidents included)
 MAX_FLEETS = 200
 
 
+class OpenIncident(TypedDict):
+    id: str
+    severity: str
+    category: str
+    stall: bool
+
+
+class StreamRow(TypedDict):
+    """A stream as the streams page lists it."""
+
+    stream: str
+    status: str | None
+    stage: str | None
+    timeline: dict[str, float]
+    meta: dict[str, Any]
+    facts: dict[str, str]
+    run: int
+    runs_failed: int
+    lines: int
+    last_time: float | None
+    last_stage_change: float | None
+    last_line: str
+    updated_at: float
+    open_incidents: list[OpenIncident]
+
+
 @contextmanager
-def _read(store: Any) -> Iterator[Connection]:
+def _read(store: Store) -> Iterator[Connection]:
     with store._read() as conn:  # noqa: SLF001 - the store's own locking, shared on purpose
         yield conn
 
 
 @contextmanager
-def _write(store: Any) -> Iterator[Connection]:
+def _write(store: Store) -> Iterator[Connection]:
     with store._write() as conn:  # noqa: SLF001
         yield conn
 
@@ -64,14 +94,14 @@ def _where(
 
 
 def list_incidents(
-    store: Any,
+    store: Store,
     filters: dict[str, str | None],
     *,
     since: float | None,
     until: float | None,
     limit: int,
     cursor: str | None,
-) -> tuple[list[dict[str, Any]], str | None]:
+) -> tuple[list[IncidentView], str | None]:
     """Newest first (opened_at, then id), as ``GET /incidents`` pages them, plus ``until``.
     ValueError for a cursor that cannot be read."""
     t = incidents.c
@@ -95,7 +125,7 @@ def list_incidents(
 
 
 def incident_counts(
-    store: Any, filters: dict[str, str | None], *, since: float | None, until: float | None
+    store: Store, filters: dict[str, str | None], *, since: float | None, until: float | None
 ) -> dict[str, dict[str, int]]:
     """Counts of the filtered incidents by tier, category, status and severity."""
     t = incidents.c
@@ -112,7 +142,7 @@ def incident_counts(
     return out
 
 
-def namespaces(store: Any, limit: int = 200) -> list[str]:
+def namespaces(store: Store, limit: int = 200) -> list[str]:
     """Namespaces that have incidents (for the filter's suggestions)."""
     t = incidents.c
     with _read(store) as conn:
@@ -128,7 +158,7 @@ def namespaces(store: Any, limit: int = 200) -> list[str]:
         ]
 
 
-def list_streams(store: Any, limit: int = MAX_STREAMS) -> list[dict[str, Any]]:
+def list_streams(store: Store, limit: int = MAX_STREAMS) -> list[StreamRow]:
     """Streams, most recently updated first: key, status, stage, timeline, meta, times, and
     the ids (and stall flags) of their open incidents."""
     s, t = streams.c, incidents.c
@@ -146,20 +176,21 @@ def list_streams(store: Any, limit: int = MAX_STREAMS) -> list[dict[str, Any]]:
             if keys
             else []
         )
-    open_by: dict[str, list[dict[str, Any]]] = {}
+    open_by: dict[str, list[OpenIncident]] = {}
     for o in open_rows:
-        extra = (o.body or {}).get("extra") or {}
+        body: IncidentBody | None = o.body
+        extra = body.get("extra") if body else None
         open_by.setdefault(o.stream, []).append(
             {
                 "id": o.id,
                 "severity": o.severity,
                 "category": o.category,
-                "stall": bool(extra.get("stall")),
+                "stall": bool(extra.get("stall")) if extra else False,
             }
         )
-    out = []
+    out: list[StreamRow] = []
     for r in rows:
-        st = r.state or {}
+        st: StreamSnapshot = r.state
         out.append(
             {
                 "stream": r.key,
@@ -182,8 +213,8 @@ def list_streams(store: Any, limit: int = MAX_STREAMS) -> list[dict[str, Any]]:
 
 
 def list_fleets(
-    store: Any, status: str | None = None, limit: int = MAX_FLEETS
-) -> list[dict[str, Any]]:
+    store: Store, status: str | None = None, limit: int = MAX_FLEETS
+) -> list[FleetView]:
     """Fleet incidents, newest first, each with its member incidents."""
 
     t = incidents.c
@@ -196,19 +227,17 @@ def list_fleets(
             .mappings()
             .all()
         )
-        out = []
+        out: list[FleetView] = []
         for r in rows:
-            view = incident_view(r)
-            view["members"] = members(conn, r["id"])
-            out.append(view)
+            out.append({**incident_view(r), "members": members(conn, r["id"])})
     return out
 
 
-def get_silence(store: Any, silence_id: str) -> dict[str, Any] | None:
+def get_silence(store: Store, silence_id: str) -> SilenceView | None:
     return next((s for s in store.list_silences() if s["id"] == silence_id), None)
 
 
-def expire_silence(store: Any, silence_id: str, now: float) -> bool:
+def expire_silence(store: Store, silence_id: str, now: float) -> bool:
     """End a silence now, keeping it in the list (as Alertmanager's "expire"); False when
     unknown or already over. A silence that had not started yet ends before it starts."""
     s = silences.c

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs
 
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
+from starlette.types import Message
 
 from service.api.body import read_body
 from service.ui import auth
@@ -43,7 +44,7 @@ async def read_form(request: Request, limit: int = MAX_FORM) -> Form:
         return {k: v[-1] for k, v in parsed.items()}
     if media == "multipart/form-data":
 
-        async def receive() -> dict[str, Any]:
+        async def receive() -> Message:
             return {"type": "http.request", "body": body, "more_body": False}
 
         fresh = Request(request.scope, receive)

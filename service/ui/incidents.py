@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from service.api.timespec import parse_duration, parse_instant
+from service.store.views import DeliveryView
 from service.taxonomy import CATEGORIES, CATEGORY_TIER, STAGES, TIERS
 from service.ui import data, present
 from service.ui.page import denied_read, poll_s, render, store
@@ -188,12 +188,11 @@ def incident_page(request: Request, incident_id: str) -> Response:
             what=f"incident {incident_id}",
         )
     extra = inc.get("extra") or {}
-    deliveries: dict[str, list[dict[str, Any]]] = {}
+    deliveries: dict[str, list[DeliveryView]] = {}
     for d in inc.get("deliveries") or []:
         deliveries.setdefault(d["receiver"], []).append(d)
-    fleet = None
-    if inc.get("fleet_id"):
-        fleet = db.get_incident(inc["fleet_id"])
+    fleet_id = inc.get("fleet_id")
+    fleet = db.get_incident(fleet_id) if fleet_id else None
     return render(
         request,
         "incident.html",

@@ -17,6 +17,7 @@ from starlette.datastructures import UploadFile
 from service.api.body import MiB
 from service.api.deps import get_ctx
 from service.api.routers import classify as classify_api
+from service.classify.report import StreamReport
 from service.ingest.compression import gunzip
 from service.ui import auth, present
 from service.ui.forms import read_form, write_guard
@@ -27,6 +28,25 @@ router = APIRouter()
 MAX_PASTE = classify_api.MAX_BODY
 FORMATS = ("auto", "raw", "docker", "cri", "fluent")
 SHOWN_BACK = 200_000  # characters of pasted text put back into the form with the result
+
+
+class ShownReport(StreamReport):
+    """A stream's report with what the page shows beside it."""
+
+    ladders: list[list[present.Rung]]  # one per incident
+    fact_rows: list[tuple[str, str, str]]
+
+
+def shown(rep: StreamReport) -> ShownReport:
+    timeline = rep.get("timeline") or {}
+    return {
+        **rep,
+        "ladders": [
+            present.ladder({"stage": i["stage"], "status": i["status"], "timeline": timeline})
+            for i in rep["incidents"]
+        ],
+        "fact_rows": present.facts_rows(rep.get("facts") or {}, rep.get("meta")),
+    }
 
 
 @router.get("/classify", response_class=HTMLResponse)
@@ -80,20 +100,14 @@ async def classify_post(request: Request) -> Response:
         name or "pasted",
         limiter=classify_api.limiter(),  # the API's own limiter, shared
     )
-    for rep in reports:
-        for inc in rep["incidents"] + rep.get("warnings", []):
-            inc.setdefault("timeline", rep.get("timeline") or {})
-            inc["ladder"] = present.ladder({**inc, "timeline": rep.get("timeline") or {}})
-        rep["fact_rows"] = present.facts_rows(rep.get("facts") or {}, rep.get("meta"))
-    shown = text if len(text) <= SHOWN_BACK else ""
     return render(
         request,
         "classify.html",
         nav="classify",
         title="Paste a log: result",
-        reports=reports,
+        reports=[shown(rep) for rep in reports],
         primary=classify_api.primary_of(reports),
-        text=shown,
+        text=text if len(text) <= SHOWN_BACK else "",
         fmt=fmt,
         filename=name,
     )

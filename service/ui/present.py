@@ -4,10 +4,13 @@ in on-call order, the silence an incident suggests, a stream's state and time in
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import Any, TypedDict, TypeGuard
 
+from service.store.views import IncidentView
 from service.taxonomy import STAGE_INDEX, STAGES
+from service.ui.data import StreamRow
 
 # a timeline value this large is an epoch time; smaller ones are line numbers (a log
 # without timestamps)
@@ -60,6 +63,35 @@ DURATIONS = (
 )
 
 
+class Rung(TypedDict):
+    """One stage of an incident's startup ladder."""
+
+    stage: str
+    label: str
+    state: str  # passed | passed-untimed | failed | reached | not-reached
+    at: float | None
+    at_text: str
+    offset: str
+    resolved: bool
+
+
+class SilenceCandidate(TypedDict):
+    key: str
+    value: str
+    checked: bool
+
+
+class StreamStateView(TypedDict):
+    """A stream's state now, for the streams page."""
+
+    state: str
+    stage: str | None
+    in_stage: float | None
+    in_stage_text: str
+    since: float | None
+    deadline: float | None
+
+
 def is_epoch(v: Any) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool) and v >= EPOCH_MIN
 
@@ -109,37 +141,45 @@ def age_class(t: Any, now: float) -> str:
     return "age-new" if d < 3600 else "age-day" if d < 86400 else "age-old"
 
 
-def driver_branch(facts: dict[str, Any]) -> str | None:
+def driver_branch(facts: Mapping[str, Any]) -> str | None:
     v = str(facts.get("driver_version") or "")
     m = re.match(r"(\d{3})\.", v)
     return f"r{m.group(1)}" if m else None
 
 
 def facts_rows(
-    facts: dict[str, Any], meta: dict[str, Any] | None = None
+    facts: Mapping[str, Any], meta: Mapping[str, Any] | None = None
 ) -> list[tuple[str, str, str]]:
     """(label, key, value) for every known fact: the on-call order first, then the rest."""
-    facts = dict(facts or {})
-    if "image" not in facts and (meta or {}).get("image"):
-        facts["image"] = meta["image"]  # type: ignore[index]
-    branch = driver_branch(facts)
-    if branch and "driver_branch" not in facts:
-        facts["driver_branch"] = branch
+    shown = dict(facts or {})
+    if "image" not in shown and meta and meta.get("image"):
+        shown["image"] = meta["image"]
+    branch = driver_branch(shown)
+    if branch and "driver_branch" not in shown:
+        shown["driver_branch"] = branch
     rows = [
-        (label, key, str(facts[key]))
+        (label, key, str(shown[key]))
         for label, key in FACT_ORDER
-        if facts.get(key) not in (None, "")
+        if shown.get(key) not in (None, "")
     ]
     known = {k for _, k in FACT_ORDER}
     rows += [
         (k.replace("_", " "), k, str(v))
-        for k, v in sorted(facts.items())
+        for k, v in sorted(shown.items())
         if k not in known and v not in (None, "")
     ]
     return rows
 
 
-def ladder(inc: dict[str, Any]) -> list[dict[str, Any]]:
+class Placed(TypedDict):
+    """What the ladder reads of an incident: its stage, status and the run's timeline."""
+
+    stage: str
+    status: str
+    timeline: dict[str, float]
+
+
+def ladder(inc: Placed) -> list[Rung]:
     """The startup ladder of one incident: every stage in order with when it was reached and
     its state: ``passed`` (the run went beyond it), ``failed`` (the incident's stage),
     ``reached`` (reached, at or after the failed rung, e.g. a crash while already further),
@@ -149,7 +189,7 @@ def ladder(inc: dict[str, Any]) -> list[dict[str, Any]]:
     failed_i = STAGE_INDEX.get(failed, -1) if failed else -1
     resolved = inc.get("status") == "resolved"
     first = next((timeline[s] for s in STAGES if is_epoch(timeline.get(s))), None)
-    rungs = []
+    rungs: list[Rung] = []
     for i, stage in enumerate(STAGES):
         at = timeline.get(stage)
         if stage == failed:
@@ -190,7 +230,7 @@ def ladder_state_text(state: str) -> str:
     }[state]
 
 
-def silence_candidates(inc: dict[str, Any]) -> list[dict[str, Any]]:
+def silence_candidates(inc: IncidentView) -> list[SilenceCandidate]:
     """Matchers an incident suggests for "silence similar": (key, value, checked)."""
     meta = inc.get("meta") or {}
     values = {
@@ -210,7 +250,7 @@ def silence_candidates(inc: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def stream_state(st: dict[str, Any], now: float, deadlines: dict[str, float]) -> dict[str, Any]:
+def stream_state(st: StreamRow, now: float, deadlines: Mapping[str, float]) -> StreamStateView:
     """What the streams page shows: the state (``starting``, ``stalled``, ``ready``,
     ``serving``, ``failed``, ``stopped``), the stage and how long it has been in it."""
     status = st.get("status") or "starting"

@@ -16,6 +16,11 @@ from service.ui.page import denied_read, render, store
 
 router = APIRouter()
 
+
+class ShownStream(data.StreamRow):
+    view: present.StreamStateView  # its state now
+
+
 STREAM_STATES = ("starting", "stalled", "ready", "serving", "failed", "stopped")
 
 
@@ -28,11 +33,10 @@ def streams_page(request: Request) -> Response:
     ctx = get_ctx(request)
     # the deadlines in force: the setting when given, else the rule book's (a team's file too)
     deadlines = ctx.settings.stall.deadlines_if_set() or ctx.rulebook.judgements.stalls.deadlines_s
-    rows = []
     listed = data.list_streams(store(request))
-    for st in listed:
-        st["view"] = present.stream_state(st, now, deadlines)
-        rows.append(st)
+    rows: list[ShownStream] = [
+        {**st, "view": present.stream_state(st, now, deadlines)} for st in listed
+    ]
     wanted = request.query_params.get("state") or ""
     counts = {s: sum(1 for r in rows if r["view"]["state"] == s) for s in STREAM_STATES}
     if wanted in STREAM_STATES:

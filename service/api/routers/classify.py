@@ -20,8 +20,9 @@ from service.api.body import MiB, read_body, too_large
 from service.api.deps import Ctx
 from service.api.schemas import ClassifyRequest, ClassifyResponse
 from service.classify.engine import Classifier
+from service.classify.incident_json import IncidentSummary
 from service.classify.novelty import NoveltyDetector
-from service.classify.report import classify_records
+from service.classify.report import StreamReport, classify_records
 from service.context import ServiceContext
 from service.ingest.compression import GZIP_MAGIC, gunzip
 from service.sources.files import read_file
@@ -57,7 +58,7 @@ def limiter() -> anyio.CapacityLimiter:
 
 def classify_bytes(
     ctx: ServiceContext, data: bytes, fmt: str = "auto", stream: str | None = None
-) -> list[dict]:
+) -> list[StreamReport]:
     """Reports for one pasted log (exactly what the CLI does with a file)."""
     clf = Classifier(ctx.rulebook, text_model=ctx.text_model, novelty=NoveltyDetector())
     records = read_file(
@@ -66,7 +67,8 @@ def classify_bytes(
     return classify_records(records, clf)
 
 
-def primary_of(reports: list[dict]) -> dict | None:
+def primary_of(reports: list[StreamReport]) -> IncidentSummary | None:
+    """The first critical incident of the first stream that has one (its root cause)."""
     for rep in reports:
         for inc in rep["incidents"]:
             if inc["severity"] == "critical":

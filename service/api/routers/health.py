@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TypedDict
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
@@ -16,9 +16,25 @@ from service import metrics
 from service.api.deps import Ctx
 from service.api.schemas import Health, Readiness
 from service.context import ServiceContext
+from service.sources.kafka.factory import SOURCE as KAFKA
 
 log = logging.getLogger("vllm_sentinel.api")
 router = APIRouter(tags=["health"])
+
+
+class KafkaCheck(TypedDict):
+    running: bool
+    assigned: list[str]  # topic:partition
+
+
+class Checks(TypedDict, total=False):
+    """``/readyz`` ``checks``: what readiness looked at."""
+
+    started: bool
+    store: bool
+    store_error: str
+    store_schema_recreated_at: float  # the database came back empty (informational)
+    kafka: KafkaCheck  # informational: a replica without partitions is still ready
 
 
 @router.get("/healthz", response_model=Health)
@@ -35,32 +51,23 @@ def store_check(ctx: ServiceContext) -> tuple[bool, str | None]:
     if ctx.store is None:
         return False, "no store"
     try:
-        for probe in ("ping", "count_open", "stats"):  # the cheapest the store offers
-            fn = getattr(ctx.store, probe, None)
-            if callable(fn):
-                repaired = fn()
-                if probe == "ping" and repaired:
-                    ctx.extra["schema_recreated_at"] = time.time()
-                    log.warning(
-                        "readiness: store schema re-created (%s)", ", ".join(map(str, repaired))
-                    )
-                break
+        repaired = ctx.store.ping()
+        if repaired:
+            ctx.schema_recreated_at = time.time()
+            log.warning("readiness: store schema re-created (%s)", ", ".join(repaired))
         return True, None
     except Exception as exc:  # any failure means not ready
         return False, f"{type(exc).__name__}: {exc}"[:300]
 
 
-def kafka_status(ctx: ServiceContext) -> dict[str, Any] | None:
+def kafka_status(ctx: ServiceContext) -> KafkaCheck | None:
     """Whether this replica's Kafka consumer runs and which partitions it owns now
-    (``topic:partition``); None without a Kafka source."""
-    source = getattr(ctx.extra.get("service"), "kafka", None)
-    if source is None:
-        return None
-    try:
-        assigned = sorted(f"{tp[0]}:{tp[1]}" for tp in source.assigned)
-    except Exception:  # noqa: BLE001 - changing under a rebalance: report it next time
-        assigned = None
-    return {"running": bool(source.running), "assigned": assigned}
+    (``topic:partition``), from the source's health; None without a Kafka source."""
+    for source in ctx.sources:
+        if source.source == KAFKA:
+            health = source.health()
+            return {"running": health.running, "assigned": list(health.detail["assigned"])}
+    return None
 
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})
@@ -68,32 +75,17 @@ def readyz(ctx: Ctx) -> Response:
     """Ready to take traffic: the service finished starting and the store answers. With a
     Kafka source, ``checks.kafka`` also shows the partitions this replica owns."""
     store_ok, error = store_check(ctx)
-    checks: dict[str, Any] = {"started": ctx.ready, "store": store_ok}
+    checks: Checks = {"started": ctx.ready, "store": store_ok}
     if error:
         checks["store_error"] = error
-    if "schema_recreated_at" in ctx.extra:  # informational: the database came back empty
-        checks["store_schema_recreated_at"] = ctx.extra["schema_recreated_at"]
+    if ctx.schema_recreated_at is not None:
+        checks["store_schema_recreated_at"] = ctx.schema_recreated_at
     kafka = kafka_status(ctx)
     if kafka is not None:
-        checks["kafka"] = kafka  # informational: a replica without partitions is still ready
+        checks["kafka"] = kafka
     ready = bool(ctx.ready and store_ok)
     body = Readiness(ready=ready, checks=checks).model_dump()
     return JSONResponse(body, status_code=200 if ready else 503)
-
-
-def open_incidents(stats: dict[str, Any]) -> float | None:
-    """The open-incident count from ``store.stats()``: a top-level ``open`` /
-    ``open_incidents`` number, or ``incidents.open``, or the sum of ``open`` by something."""
-    for key in ("open_incidents", "incidents_open", "open"):
-        v = stats.get(key)
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return float(v)
-        if isinstance(v, dict) and v and all(isinstance(x, int | float) for x in v.values()):
-            return float(sum(v.values()))
-    inc = stats.get("incidents")
-    if isinstance(inc, dict):
-        return open_incidents(inc)
-    return None
 
 
 @router.get(

@@ -22,6 +22,7 @@ from service.api.schemas import (
     Tier,
 )
 from service.api.timespec import parse_instant
+from service.store.views import FeedbackView, IncidentDetail
 
 router = APIRouter(prefix="/incidents", tags=["incidents"])
 MAX_LIMIT = 500
@@ -89,7 +90,7 @@ def list_incidents(
     dependencies=[ReadAuth],
     responses={404: {"description": "unknown incident"}},
 )
-def get_incident(incident_id: str, store: StoreDep) -> dict:
+def get_incident(incident_id: str, store: StoreDep) -> IncidentDetail:
     inc = store.get_incident(incident_id)
     if inc is None:
         raise not_found(incident_id)
@@ -103,7 +104,7 @@ def get_incident(incident_id: str, store: StoreDep) -> dict:
     responses={404: {"description": "unknown incident"}},
     summary="Resolve an incident by hand (e.g. after fixing the node)",
 )
-def resolve_incident(incident_id: str, body: ResolveRequest, store: StoreDep) -> dict:
+def resolve_incident(incident_id: str, body: ResolveRequest, store: StoreDep) -> IncidentDetail:
     inc = store.resolve_incident(incident_id, body.reason, at=time.time())
     if inc is None:
         raise not_found(incident_id)
@@ -118,7 +119,7 @@ def resolve_incident(incident_id: str, body: ResolveRequest, store: StoreDep) ->
     responses={404: {"description": "unknown incident"}},
     summary="Record whether the classification was right (feeds retraining)",
 )
-def add_feedback(incident_id: str, body: FeedbackRequest, store: StoreDep) -> dict:
+def add_feedback(incident_id: str, body: FeedbackRequest, store: StoreDep) -> FeedbackView:
     fb = store.add_feedback(incident_id, body.correct, body.category, body.comment)
     if fb is None:
         raise not_found(incident_id)

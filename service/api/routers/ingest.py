@@ -20,15 +20,16 @@ retries). Every refusal is counted and logged at a bounded rate.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from service.api.auth import WriteAuth
 from service.api.body import read_body, too_large
 from service.api.deps import PipelineDep
 from service.api.schemas import IngestResult
+from service.sources.base import Sink
 from service.sources.http.body import TAG_HEADER, BodyRefused, check_media, check_tag, decode_body
 from service.sources.http.endpoint import NotStored, endpoint_of, flush_endpoint
 from service.sources.limits import MAX_RECORDS
@@ -139,6 +140,6 @@ def _refused(exc: BodyRefused, max_decompressed: int) -> HTTPException:
     return HTTPException(status_code=exc.status, detail=exc.message)
 
 
-async def flush_joiner(app: Any, pipeline: Any) -> None:
+async def flush_joiner(app: FastAPI, sink: Sink | None) -> None:
     """Store the lines still held unfinished (at shutdown)."""
-    await flush_endpoint(app.state, SOURCE, pipeline)
+    await flush_endpoint(app.state, SOURCE, sink)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
-from fastapi import APIRouter, Header, HTTPException, Request, Response
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Request, Response
 
 from service.api.auth import WriteAuth
 from service.api.body import read_body
 from service.api.deps import PipelineDep
+from service.sources.base import Sink
 from service.sources.http.body import BodyRefused
 from service.sources.http.endpoint import NotStored, endpoint_of, flush_endpoint
 from service.sources.http.otlp import SOURCE, decode_export, media, refuse
@@ -186,6 +187,6 @@ async def export_logs(
     return _answer(kind, 200, "log records without a body" if rejected else None, rejected=rejected)
 
 
-async def flush_joiner(app: Any, pipeline: Any) -> None:
+async def flush_joiner(app: FastAPI, sink: Sink | None) -> None:
     """Store the lines still held unfinished (at shutdown)."""
-    await flush_endpoint(app.state, SOURCE, pipeline)
+    await flush_endpoint(app.state, SOURCE, sink)

@@ -7,18 +7,19 @@ from fastapi import APIRouter, HTTPException, Response
 from service.api.auth import ReadAuth, WriteAuth
 from service.api.deps import StoreDep
 from service.api.schemas import Silence, SilenceRequest
+from service.store.views import SilenceView
 
 router = APIRouter(prefix="/silences", tags=["silences"])
 
 
 @router.get("", response_model=list[Silence], dependencies=[ReadAuth])
-def list_silences(store: StoreDep, active: bool = False) -> list[dict]:
+def list_silences(store: StoreDep, active: bool = False) -> list[SilenceView]:
     """All silences, or only those in force now (``?active=true``)."""
     return store.list_silences(active_only=active)
 
 
 @router.post("", response_model=Silence, status_code=201, dependencies=[WriteAuth])
-def create_silence(body: SilenceRequest, store: StoreDep) -> dict:
+def create_silence(body: SilenceRequest, store: StoreDep) -> SilenceView:
     new = body.resolved()
     try:
         return store.create_silence(

@@ -7,6 +7,7 @@ from fastapi import APIRouter, HTTPException
 from service.api.auth import ReadAuth
 from service.api.deps import StoreDep
 from service.api.schemas import Stream
+from service.store.views import StreamView
 
 router = APIRouter(prefix="/streams", tags=["streams"])
 
@@ -18,7 +19,7 @@ router = APIRouter(prefix="/streams", tags=["streams"])
     responses={404: {"description": "unknown stream"}},
     summary="One stream (key namespace/pod/container, container id or tag)",
 )
-def get_stream(key: str, store: StoreDep) -> dict:
+def get_stream(key: str, store: StoreDep) -> StreamView:
     st = store.stream(key)
     if st is None:
         raise HTTPException(status_code=404, detail=f"stream {key} not found")

@@ -51,7 +51,8 @@ def waiting(
         st.extra["waiting"] = {"template": template, "stage": st.stage, "count": 1, "first": time}
         return None
     w["count"] += 1
-    span = (time - w["first"]) if time is not None and w.get("first") is not None else None
+    first = w.get("first")
+    span = (time - first) if time is not None and first is not None else None
     if (
         w["count"] < rules.repeats
         or (span is not None and span < rules.min_span_s)

@@ -1,11 +1,14 @@
 """The remediation playbook of ``rules/playbook.yaml`` applied to one incident: the
 category's owner, first move and evidence; a warning's own explanation and first move
-(``warnings``); whether restarting can help a failure that repeats (``restarts``)."""
+(``warnings``); whether restarting can help a failure that repeats (``restarts``). What it
+gives an incident is typed (:class:`~service.classify.incident_json.Playbook`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from service.classify.incident_json import Decision, Playbook, WarningAdvice
+from service.classify.rules import PlaybookRules
 from service.taxonomy import tier_of
 
 
@@ -13,13 +16,13 @@ def _text(value: Any) -> str:
     return " ".join(str(value or "").split())
 
 
-def first_move(category: str, playbook: dict[str, Any]) -> str:
+def first_move(category: str, playbook: PlaybookRules) -> str:
     """The category's first move (``categories.<category>.first_move``), one line."""
     entry = (playbook.get("categories") or {}).get(category) or {}
     return _text(entry.get("first_move", ""))
 
 
-def warning_advice(rule: str | None, playbook: dict[str, Any]) -> dict[str, Any] | None:
+def warning_advice(rule: str | None, playbook: PlaybookRules) -> WarningAdvice | None:
     """A warning's own entry (``warnings.<rule>``): owner, explanation, first move, evidence;
     None when the rules data has none for it."""
     entry = (playbook.get("warnings") or {}).get(rule or "")
@@ -33,7 +36,7 @@ def warning_advice(rule: str | None, playbook: dict[str, Any]) -> dict[str, Any]
     }
 
 
-def restart_advice(category: str, playbook: dict[str, Any]) -> tuple[bool, str]:
+def restart_advice(category: str, playbook: PlaybookRules) -> tuple[bool, str]:
     """(whether restarting the workload can help, why) for a failure that repeats: the
     category's entry under ``restarts.categories``, else its tier's, else the default."""
 
@@ -48,16 +51,21 @@ def restart_advice(category: str, playbook: dict[str, Any]) -> tuple[bool, str]:
 
 
 def playbook_for(
-    category: str, playbook: dict[str, Any], facts: dict[str, str], rule: str | None = None
-) -> dict[str, Any]:
+    category: str, playbook: PlaybookRules, facts: dict[str, str], rule: str | None = None
+) -> Playbook:
     """Owner, first move, evidence to collect and (compatibility) the decision with its
     preconditions, for one incident; a warning (``rule`` with a ``warnings`` entry) gets its
     own owner, explanation, first move and evidence instead of its category's."""
     own = warning_advice(rule, playbook)
     if own is not None:
-        return {**own, "evidence": list(playbook.get("common_evidence") or []) + own["evidence"]}
+        return {
+            "owner": own["owner"],
+            "explanation": own["explanation"],
+            "first_move": own["first_move"],
+            "evidence": list(playbook.get("common_evidence") or []) + own["evidence"],
+        }
     entry = dict((playbook.get("categories") or {}).get(category) or {})
-    out: dict[str, Any] = {
+    out: Playbook = {
         "owner": entry.get("owner"),
         "first_move": " ".join(str(entry.get("first_move", "")).split()),
         "evidence": list(playbook.get("common_evidence") or []) + list(entry.get("evidence") or []),
@@ -66,7 +74,7 @@ def playbook_for(
     if decision:
         image = facts.get("image", "")
         bridge_ok = "kimi-k3" not in image and not image.endswith("cu130")
-        out["decision"] = [
+        decisions: list[Decision] = [
             {
                 "option": "driver_upgrade",
                 "text": " ".join(decision["driver_upgrade"].split()),
@@ -88,4 +96,5 @@ def playbook_for(
                 "available": bridge_ok,
             },
         ]
+        out["decision"] = decisions
     return out

@@ -189,7 +189,8 @@ class ForwardServer:
     def port(self) -> int:
         """The bound port (the real one when constructed with port 0)."""
         if self._listeners:
-            return self._listeners[0].getsockname()[1]
+            port: int = self._listeners[0].getsockname()[1]
+            return port
         return self._port
 
     def health(self) -> SourceHealth:

@@ -8,8 +8,8 @@ Delivery contract (at least once, never skip)::
     handler returned.
 
 ``handler(records)`` must store the batch durably before it returns and must tolerate
-re-delivery (every :class:`LogRecord` carries ``position = kafka:<topic>:<partition>:<offset>``
-so already-applied records can be dropped). When it raises, nothing is committed: the
+re-delivery (every :class:`LogRecord` carries ``position = kafka:<topic>:<partition>:<offset>``,
+a :class:`~service.records.Position`, so already-applied records can be dropped). When it raises, nothing is committed: the
 source logs, rewinds every partition of the batch to the first offset not yet durably
 handled (= the last committed offset), backs off (exponentially, capped below
 ``max_poll_interval_ms``) and re-polls the same records. A crash simply restarts from the
@@ -45,7 +45,7 @@ from service.config import KafkaSettings
 from service.ingest.envelope import MAX_LINE, Format
 from service.ingest.joiner import Joiner
 from service.ingest.lines import PARTIAL
-from service.records import LogRecord
+from service.records import LogRecord, Position
 from service.sources.base import SourceHealth
 from service.sources.kafka.partition import Partition, PartitionState, describe, names
 from service.sources.kafka.value import decode_kafka_value
@@ -232,16 +232,16 @@ class KafkaSourceBase(ABC):
                     source=source,
                 )
             except Exception as exc:  # the decoder should never raise; never let it stop us
-                ratelog.reject(
-                    source, "decode_error", f"kafka:{topic}:{partition}:{offset} {exc!r}"
-                )
+                at = Position("kafka", f"{topic}:{partition}", offset)
+                ratelog.reject(source, "decode_error", f"{at} {exc!r}")
                 records = []
             ps.next = offset + 1
             if not join:
                 out.extend(records)
                 continue
             if ps.held:
-                ps.release_idle(self.join_idle_s, f"kafka:{topic}:{partition}:{offset}", out)
+                at = Position("kafka", f"{topic}:{partition}", offset)
+                ps.release_idle(self.join_idle_s, str(at), out)
             for rec in records:
                 if ps.held or rec.meta.get(PARTIAL):
                     ps.push(rec, offset, out)

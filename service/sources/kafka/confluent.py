@@ -122,6 +122,7 @@ class ConfluentKafkaSource(KafkaSourceBase):
         from confluent_kafka import TopicPartition
 
         ctp = TopicPartition(tp.topic, tp.partition)
+        high: int | None
         _low, high = self._consumer.get_watermark_offsets(ctp, timeout=2.0, cached=True)
         if high is None or high < 0:
             _low, high = self._consumer.get_watermark_offsets(ctp, timeout=2.0)

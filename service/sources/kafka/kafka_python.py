@@ -85,7 +85,7 @@ class KafkaSource(KafkaSourceBase):
         assert self._consumer is not None
         ktp = TopicPartition(tp.topic, tp.partition)
         try:
-            high = self._consumer.highwater(ktp)
+            high: int | None = self._consumer.highwater(ktp)
         except Exception:  # no longer assigned
             return None
         if high is None:
@@ -136,7 +136,7 @@ def _kafka_python_offsets(offsets: dict[Partition, int]) -> dict[Any, Any]:
 def _make_listener(src: KafkaSource, consumer: KafkaConsumer) -> Any:
     from kafka import AsyncConsumerRebalanceListener
 
-    class Listener(AsyncConsumerRebalanceListener):
+    class Listener(AsyncConsumerRebalanceListener):  # type: ignore[misc]  # untyped library
         async def on_partitions_revoked(self, revoked: Any) -> None:
             tps = [Partition(p.topic, p.partition) for p in revoked]
             targets = src._commit_targets(tps)

@@ -27,7 +27,7 @@ from service.ingest.fluent_record import has_line
 from service.ingest.json_text import parse_json
 from service.ingest.msgpack_events import split_event, unpack_all
 from service.ingest.salvage import decode_bytes
-from service.records import LogRecord
+from service.records import LogRecord, Position
 
 
 def decode_kafka_value(
@@ -42,7 +42,7 @@ def decode_kafka_value(
     source: str = "kafka",
 ) -> list[LogRecord]:
     """Records of one message; ``[]`` (counted) for tombstones and undecodable values."""
-    position = f"kafka:{topic}:{partition}:{offset}"
+    position = str(Position("kafka", f"{topic}:{partition}", offset))
     if not value:
         ratelog.reject(source, "empty", position)
         return []
