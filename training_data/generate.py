@@ -31,9 +31,9 @@ Variations (all drawn from ``random.Random(seed)``, so the output is reproducibl
 - ``[rankN]:`` prefixes as torch distributed prints them, and truncation of long lines at a
   word boundary (log shippers cut long lines).
 
-Never an input: ``tests/corpus/cases`` (the evaluation corpus) and ``tests/blind/cases`` (the
-blind set, labelled before the classifier saw it). A seed whose source names a case's source
-is refused.
+Never an input: ``tests/corpus/cases`` (the evaluation corpus) and the blind sets
+``tests/blind/cases``, ``tests/blind2/cases`` (labelled before the classifier saw them). A
+seed whose source names a case's source is refused.
 """
 
 from __future__ import annotations
@@ -472,7 +472,7 @@ def corpus_sources(repo: Path) -> set[str]:
     out = set()
     held_out = [
         *(repo / "tests" / "corpus" / "cases").glob("*.json"),
-        *(repo / "tests" / "blind" / "cases").glob("*.json"),
+        *(repo / "tests").glob("blind*/cases/*.json"),
     ]
     for p in sorted(held_out):
         try:

@@ -6,7 +6,8 @@ out-of-taxonomy error text, with no class of its own, used only to choose the ab
 thresholds. Corrections (``vllm-sentinel train --with-feedback``, JSONL of ``{text,
 category}``, :mod:`service.training.feedback`) are added as examples of their own family;
 a correction to ``unknown`` becomes out-of-taxonomy text. The held-out evaluation sets
-(``tests/corpus``, ``tests/blind``) are refused as training data.
+(``tests/corpus`` and the blind sets ``tests/blind``, ``tests/blind2``, any ``tests/blind*``)
+are refused as training data.
 
 :func:`prepare` masks every example into its key line and whole event
 (:func:`service.classify.model_input.event_fields`), drops exact duplicates of a masked
@@ -64,14 +65,18 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _held_out(folder: str) -> bool:
+    """``tests/corpus`` and every blind set (``tests/blind``, ``tests/blind2``...): evaluation only."""
+    return folder == "corpus" or folder.startswith("blind")
+
+
 def load_examples(
     data_dir: Path, feedback: Path | None = None
 ) -> tuple[list[Example], list[Example]]:
     """(labelled examples, out-of-taxonomy texts) from ``data_dir`` (+ corrections)."""
     data_dir = Path(data_dir)
-    held_out = {"corpus", "blind"}  # tests/corpus and tests/blind: evaluation only
     parts = data_dir.resolve().parts
-    if any(a == "tests" and b in held_out for a, b in zip(parts, parts[1:], strict=False)):
+    if any(a == "tests" and _held_out(b) for a, b in zip(parts, parts[1:], strict=False)):
         raise ValueError(f"{data_dir} is a held-out evaluation set, never training data")
     files = sorted(data_dir.glob("*.jsonl"))
     if not files:

@@ -1,0 +1,1 @@
+"""The second blind set (cases/, README.md) and its dev / held-out split (split.py)."""
