@@ -26,7 +26,12 @@ from pydantic import ValidationError
 from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 from service.config import Settings
 from service.labels import validate
-from service.netguard import InsecureConfigError, check_auth_config, check_forward_config
+from service.netguard import (
+    InsecureConfigError,
+    check_auth_config,
+    check_forward_config,
+    is_loopback,
+)
 from service.store.engine import normalise_url
 from service.taxonomy import CATEGORIES, STAGES, TIERS
 
@@ -133,11 +138,50 @@ def load_checked(path: str | Path | None, text: str | None = None) -> Settings:
 def check_config(path: str | Path, *, probe: bool = False, text: str | None = None) -> list[str]:
     """Every problem of the settings file ``path`` (with ``SENTINEL_*`` applied; ``text``:
     its content when it was read already, e.g. from stdin)."""
+    return check_report(path, probe=probe, text=text)[0]
+
+
+def check_report(
+    path: str | Path, *, probe: bool = False, text: str | None = None
+) -> tuple[list[str], list[str]]:
+    """The problems and the warnings (settings that work but mislead) of ``path``."""
     try:
         settings = load_checked(path, text)
     except ConfigError as exc:
-        return exc.problems
-    return semantic_problems(settings, probe=probe)
+        return exc.problems, []
+    return semantic_problems(settings, probe=probe), link_warnings(settings)
+
+
+PLACEHOLDER_DOMAINS = ("example.com", "example.org", "example.net", "example", "invalid")
+IN_CLUSTER_DOMAINS = ("svc", "cluster.local")
+
+
+def _under(host: str, domains: tuple[str, ...]) -> bool:
+    return host in domains or host.endswith(tuple(f".{d}" for d in domains))
+
+
+def link_warnings(s: Settings) -> list[str]:
+    """Alert links nobody who gets the page can open: ``notify.external_url`` on loopback
+    (or unset) while the API listens beyond it, a placeholder domain, in-cluster DNS."""
+    url = s.notify.external_url
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    where = f"notify.external_url: {url}"
+    if not host:
+        return [f"{where}: not a URL with a host; alert links will not open"]
+    if _under(host, PLACEHOLDER_DOMAINS):
+        return [f"{where}: is a placeholder; set the address people open the dashboard at"]
+    if _under(host, IN_CLUSTER_DOMAINS):
+        return [
+            f"{where}: is in-cluster DNS a laptop or phone cannot open; "
+            "set the address people open the dashboard at (an Ingress)"
+        ]
+    if is_loopback(host) and not is_loopback(s.api.host):
+        unset = "" if "external_url" in s.notify.model_fields_set else " (unset: from api.host)"
+        return [
+            f"{where}{unset}: is loopback while the API listens on {s.api.host}; "
+            "alert links will only open on this machine"
+        ]
+    return []
 
 
 def serve_problems(s: Settings) -> list[str]:

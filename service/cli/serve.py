@@ -60,17 +60,22 @@ def serve(args: argparse.Namespace) -> int:
 
 def check_config(args: argparse.Namespace) -> int:
     """``vllm-sentinel check-config``: one line per problem, exit 1 if there is any."""
-    from service.configcheck import check_config as problems_of
+    from service.configcheck import check_report
 
     shown = "stdin" if args.file == "-" else args.file
     text = sys.stdin.read() if args.file == "-" else None
-    problems = problems_of(shown, probe=args.probe, text=text)
+    problems, warnings = check_report(shown, probe=args.probe, text=text)
     for problem in problems:
         print(problem if problem.startswith(f"{shown}:") else f"{shown}: {problem}")
+    for warning in warnings:
+        print(f"{shown}: warning: {warning}")
     if problems:
         print(
             f"{shown}: {len(problems)} problem{'s' if len(problems) != 1 else ''}", file=sys.stderr
         )
         return 1
-    print(f"{shown}: ok")
+    print(
+        f"{shown}: ok"
+        + (f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "")
+    )
     return 0
