@@ -4,8 +4,10 @@ tag, ``check-config`` warnings about links nobody can open, the shipped Kubernet
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,9 +15,54 @@ import yaml
 
 from service.config import Settings
 from service.configcheck import check_report
-from tests.e2e_support import ROOT
+from tests.e2e_support import ROOT, Sentinel, free_port, service_config, wait_until, webhook
+from tests.receiver import Receiver
+
+
+def readme_curl() -> tuple[Path, str]:
+    """The log file and the tag of the README's ``curl`` example for ``/ingest``."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"--data-binary @(\S+) \\\n\s+'http://127.0.0.1:8080/ingest\?tag=([^']+)'", text)
+    assert m, "the README shows a curl example for /ingest"
+    return ROOT / m.group(1), m.group(2)
+
 
 CLI = [sys.executable, "-m", "service.cli"]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as rx:
+        yield rx
+
+
+def test_plain_text_ingest_decodes_the_tag_and_the_alert_link_uses_api_port(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    port = free_port()
+    cfg = service_config(
+        store_url=f"sqlite:///{tmp_path / 's.db'}", api_port=port, receivers=[webhook(receiver.url)]
+    )
+    del cfg["notify"]["external_url"]  # unset: from api.host and api.port
+    s = Sentinel(tmp_path, "one", cfg).start()
+    try:
+        s.wait_ready()
+        log, tag = readme_curl()
+        r = s.http.post(
+            "/ingest",
+            params={"tag": tag},
+            content=log.read_bytes(),
+            headers={"Content-Type": "text/plain"},
+        )
+        assert r.status_code == 200, r.text
+        assert receiver.wait_for(1, timeout=30), s.log_tail()
+        incident = receiver.accepted()[0].json()["incident"]
+        assert (incident["namespace"], incident["pod"]) == ("team-a", "llama-0")
+        assert incident["url"].startswith(f"http://127.0.0.1:{port}/"), incident["url"]
+        (stored,) = wait_until(s.incidents, 10, "the incident")
+        assert stored["namespace"] == "team-a" and stored["pod"] == "llama-0"
+    finally:
+        s.close()
 
 
 def test_external_url_defaults_to_the_api_address() -> None:
