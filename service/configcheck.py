@@ -12,8 +12,11 @@ broker and binds the listen ports. Problems never show a secret's value.
 
 from __future__ import annotations
 
+import copy
+import difflib
 import logging
 import socket
+import typing
 from collections.abc import Callable
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -21,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 from service.config import Settings
@@ -110,11 +113,60 @@ def validation_problems(exc: ValidationError, data: dict[str, Any] | None = None
                 f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[2:]
             )
         if err["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key")
+            near = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
+            lines.append(f"{where}: unknown key" + (f" (did you mean {near[0]}?)" if near else ""))
             continue
         msg = err["msg"].removeprefix("Value error, ")
         lines.append(f"{where}: {msg}")
     return lines
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The settings model an annotation holds (``X | None``, ``list[X]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for inner in typing.get_args(annotation):
+        found = _model_of(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the section at ``loc`` takes (for "did you mean")."""
+    model: type[BaseModel] | None = Settings
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(str(part))
+        model = _model_of(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _without_errors(data: dict[str, Any], exc: ValidationError) -> Settings | None:
+    """The settings once every key the schema refused is dropped (its default then), so the
+    other checks run in the same pass; None when that is not enough (a required key)."""
+    data = copy.deepcopy(data)
+    for _ in range(4):
+        for err in reversed(exc.errors()):  # later list items first: indices stay right
+            loc = [p for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))]
+            parent: Any = data
+            for part in loc[:-1]:
+                try:
+                    parent = parent[part]
+                except (KeyError, IndexError, TypeError):
+                    return None
+            if not loc or err["type"] == "missing" or not isinstance(parent, dict | list):
+                return None
+            try:
+                del parent[loc[-1]]
+            except (KeyError, IndexError, TypeError):
+                return None
+        try:
+            return Settings(**data)
+        except ValidationError as again:
+            exc = again
+    return None
 
 
 def _receiver_name(data: dict[str, Any] | None, loc: tuple[Any, ...]) -> str | None:
@@ -144,11 +196,18 @@ def check_config(path: str | Path, *, probe: bool = False, text: str | None = No
 def check_report(
     path: str | Path, *, probe: bool = False, text: str | None = None
 ) -> tuple[list[str], list[str]]:
-    """The problems and the warnings (settings that work but mislead) of ``path``."""
+    """The problems and the warnings (settings that work but mislead) of ``path``, in one
+    pass: schema problems first, then the rest of what is left once they are dropped."""
     try:
-        settings = load_checked(path, text)
+        data = read_yaml(path, text)
     except ConfigError as exc:
         return exc.problems, []
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        rest = _without_errors(data, exc)
+        schema = validation_problems(exc, data)
+        return schema + (semantic_problems(rest, probe=probe) if rest else []), []
     return semantic_problems(settings, probe=probe), link_warnings(settings)
 
 

@@ -35,11 +35,13 @@ def add_check_config(sub: Any) -> None:
         sub,
         "check-config",
         "check a settings file",
-        "Prints one line per problem and exits 1 if there is any: unknown keys, "
+        "Prints one line per problem, all in one pass, and exits 1 if there is any: "
+        "unknown keys\n(with the nearest known one), "
         "wrong types,\nX_env / X_file that cannot be read, receiver matchers "
         "outside the taxonomy,\nreceivers without a routing key or URL, ports no "
         "client can reach, an open API or\nforward port beyond loopback, the store "
-        "URL, extra rule directories and their\nexamples. SENTINEL_* environment "
+        "URL, extra rule directories and their\nexamples. Warnings (exit 0): alert "
+        "links nobody can open (notify.external_url).\nSENTINEL_* environment "
         "variables apply as for serve.",
     )
     cc.add_argument("file", metavar="FILE", help="YAML settings file; - reads stdin")
