@@ -65,6 +65,19 @@ def test_plain_text_ingest_decodes_the_tag_and_the_alert_link_uses_api_port(
         s.close()
 
 
+def test_serve_says_when_alert_links_will_only_open_on_this_machine(tmp_path: Path) -> None:
+    cfg = service_config(store_url=f"sqlite:///{tmp_path / 's.db'}", api_port=free_port())
+    cfg["api"].update(host="0.0.0.0", token="t0ken")
+    del cfg["notify"]["external_url"]
+    s = Sentinel(tmp_path, "open", cfg).start()
+    try:
+        s.wait_ready()
+        assert "notify.external_url: http://127.0.0.1:" in s.log_tail()
+        assert "alert links will only open on this machine" in s.log_tail()
+    finally:
+        s.close()
+
+
 def test_external_url_defaults_to_the_api_address() -> None:
     assert Settings(api={"port": 9123}).notify.external_url == "http://127.0.0.1:9123"
     assert Settings(api={"host": "10.1.2.3", "port": 80}).notify.external_url == (
