@@ -108,34 +108,39 @@ def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     assert proc.returncode in (0, 1, 141)
 
 
-def test_verbose_is_accepted_after_the_command() -> None:
-    run = cli("classify", "-v", "--no-model", str(KV))
-    assert run.returncode == 1, run.stderr  # the KV-cache failure, not a usage error
-    assert run.stdout.startswith(f"== {KV}: failed")
+def test_verbose_is_accepted_after_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["classify", "-v", "--no-model", str(KV)])
+    assert code == 1  # the KV-cache failure, not a usage error
+    assert capsys.readouterr().out.startswith(f"== {KV}: failed")
 
 
-def test_an_executable_is_refused_not_read_as_a_log(tmp_path: Path) -> None:
+def test_an_executable_is_refused_not_read_as_a_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = cli("classify", "--no-model", sys.executable)
     assert run.returncode == 2
     assert "is an executable, not a log" in run.stderr and run.stdout == ""
     blob = tmp_path / "core.bin"
     blob.write_bytes(bytes(range(256)) * 64)
-    run = cli("classify", "--no-model", str(blob))
-    assert run.returncode == 2 and "is a binary file, not a log" in run.stderr
+    assert main(["classify", "--no-model", str(blob)]) == 2
+    assert "is a binary file, not a log" in capsys.readouterr().err
     padded = tmp_path / "truncated.log"  # NUL padding of a copytruncate'd log is still a log
     padded.write_bytes(b"\0" * 4096 + KV.read_bytes())
-    assert cli("classify", "--no-model", str(padded)).returncode == 1
+    assert main(["classify", "--no-model", str(padded)]) == 1
 
 
-def test_the_stage_reached_is_never_nothing_above_a_failure_at_a_stage(tmp_path: Path) -> None:
+def test_the_stage_reached_is_never_nothing_above_a_failure_at_a_stage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = tmp_path / "serving.log"
     log.write_text(
         "ERROR 12-02 10:00:01 [async_llm_engine.py:61] Engine background task failed\n"
         "vllm.engine.async_llm_engine.AsyncEngineDeadError: Background loop has errored already.\n"
     )
-    run = cli("classify", "--no-model", "--json", str(log))
-    rep = json.loads(run.stdout.splitlines()[0])
-    assert rep["incidents"], run.stdout
+    main(["classify", "--no-model", "--json", str(log)])
+    rep = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert rep["incidents"], rep
     assert rep["stage"] == rep["incidents"][0]["stage"]
-    human = cli("classify", "--no-model", str(log)).stdout
+    main(["classify", "--no-model", str(log)])
+    human = capsys.readouterr().out
     assert "reached nothing" not in human and f"reached {rep['stage']}" in human
