@@ -7,7 +7,10 @@ in the taxonomy, receivers without what their type needs (a PagerDuty routing ke
 http(s) URL), ports that no client could reach (0, out of range, the API and forward on the
 same address), the start-up refusals (an open API or forward port beyond loopback), the store
 URL and the extra rule directories. ``probe=True`` also connects to every receiver and Kafka
-broker and binds the listen ports. Problems never show a secret's value.
+broker and binds the listen ports. Problems never show a secret's value. Schema problems
+and the rest come in one pass (the rest checked with the refused keys dropped); unknown keys
+name the nearest known one. Warnings (:func:`link_warnings`) are settings that work but
+mislead: alert links nobody who gets the page can open.
 """
 
 from __future__ import annotations
