@@ -271,16 +271,22 @@ def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
     expect(page.locator("#value-namespace")).to_have_value("llm-silence")
     expect(page.locator("#use-node")).not_to_be_checked()
     page.fill("#comment", "KV cache sizing change rolling out")
-    page.click("form.silence-form button[type=submit]")
+    page.click("#create-silence")
     # writing needs the token: the login form, then back to the silence form
     assert "/ui/login" in page.url and "why=write" in page.url
     sign_in(page)
     assert "/ui/silences?incident=" in page.url
     cookie = next(c for c in page.context.cookies() if c["name"] == "sentinel_token")
     assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Lax"
+    # preview first: what it hides, in this namespace only
+    page.click("#preview-silence")
+    expect(page.locator("#silence-preview")).to_contain_text("oom_kv_cache")
+    expect(page.locator(f"#silence-preview a[href$='{first['id']}']")).to_have_count(1)
+    expect(page.locator("#silence-preview")).not_to_contain_text("every namespace")
+    expect(page.locator("#value-namespace")).to_have_value("llm-silence")
     page.fill("#comment", "KV cache sizing change rolling out")
     page.fill("#created_by", "on-call")
-    page.click("form.silence-form button[type=submit]")
+    page.click("#create-silence")
     expect(page.locator("p.notice")).to_contain_text("Silence created")
     row = page.locator("#active-silences tbody tr")
     expect(row).to_have_count(1)
