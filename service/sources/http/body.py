@@ -283,11 +283,14 @@ def _inflate(body: bytes | bytearray, lease: Lease, source: str) -> bytearray:
 
 
 class _Cap:
-    """At most ``limit`` records per body (413 beyond, counted once)."""
+    """At most ``limit`` records per body, and as many units (JSON values, msgpack objects,
+    lines) read, accepted or not, so a body of junk stops as early as one of records
+    (413 beyond, counted once)."""
 
     def __init__(self, limit: int, source: str) -> None:
         self.limit = limit
         self.source = source
+        self.units = 0
 
     def check(self, count: int) -> None:
         if count > self.limit:
@@ -297,6 +300,11 @@ class _Cap:
                 "too_many_records",
                 f"body expands to more than {self.limit} records",
             )
+
+    def unit(self) -> None:
+        """One more unit read; refuse the body past ``limit`` of them."""
+        self.units += 1
+        self.check(self.units)
 
     def lines(self, text: str) -> None:
         """Refuse a text body with too many lines before splitting it."""
@@ -327,6 +335,7 @@ def _msgpack(
     rejected = 0
     try:
         for obj in unpack_all(body):
+            cap.unit()
             rejected += _event(obj, tag, stream, source, max_line, records)
             cap.check(len(records))
     except BodyRefused:
@@ -365,6 +374,7 @@ def _json(
                     continue
                 while True:
                     at = i
+                    cap.unit()
                     obj, i = _SCAN_JSON(text, i)
                     rejected += _event(obj, tag, stream, source, max_line, records)
                     cap.check(len(records))
@@ -378,6 +388,7 @@ def _json(
                     at = i
                     raise ValueError("expected ',' or ']' in a JSON array")
             else:
+                cap.unit()
                 obj, i = _SCAN_JSON(text, i)
                 rejected += _event(obj, tag, stream, source, max_line, records)
                 cap.check(len(records))
