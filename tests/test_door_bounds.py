@@ -19,7 +19,8 @@ from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
 from service.ingest.otlp_scan import ScanLimit, scan_export
 from service.sources.http.body import BodyRefused
-from service.sources.http.otlp import MAX_FIELDS, decode_export
+from service.sources.http.otlp import decode_export
+from service.sources.limits import MAX_CONTAINERS, MAX_FIELDS
 from tests.api_support import WRITE, close_context, make_context
 from tests.ingest_samples import rejects
 
@@ -161,3 +162,31 @@ def test_units_that_do_not_decode_count_against_the_cap(
     assert rejects("http", "too_many_records") == before + 1
     r = client.post("/ingest", content=make(1000), headers={**WRITE, "Content-Type": content_type})
     assert r.status_code != 413
+
+
+# ---- one unit cannot hide millions of containers ----------------------------------------------
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[[" + b"{}," * MAX_CONTAINERS + b"{}]]",  # one element of the top-level array
+        b'{"log": "x", "a": [' + b"[]," * MAX_CONTAINERS + b"[]]}",  # one object
+    ],
+)
+def test_a_json_unit_holding_millions_of_containers_is_refused_before_decoding(
+    client: TestClient, body: bytes
+) -> None:
+    before = rejects("http", "too_complex")
+    headers = {**WRITE, "Content-Type": "application/json", "Content-Encoding": "gzip"}
+    r = client.post("/ingest", content=gzip.compress(body), headers=headers)
+    assert r.status_code == 413
+    assert rejects("http", "too_complex") == before + 1
+
+
+def test_an_otlp_json_body_of_millions_of_objects_is_refused() -> None:
+    records = b"{}," * MAX_CONTAINERS + b"{}"
+    body = b'{"resourceLogs":[{"scopeLogs":[{"logRecords":[' + records + b"]}]}]}"
+    before = rejects("otlp", "too_complex")
+    with pytest.raises(BodyRefused) as exc:
+        decode_export(gzip.compress(body), "application/json", "gzip")
+    assert exc.value.status == 413
+    assert rejects("otlp", "too_complex") == before + 1

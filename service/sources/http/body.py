@@ -46,7 +46,7 @@ from service.ingest.msgpack_events import split_event, unpack_all
 from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
-from service.sources.limits import MAX_RECORDS, MAX_TAG
+from service.sources.limits import MAX_CONTAINERS, MAX_RECORDS, MAX_TAG
 
 TAG_HEADER = "X-Fluent-Tag"
 MAX_DECOMPRESSED_BYTES = 64 * MiB  # one body, once inflated
@@ -264,9 +264,23 @@ def _structured(
     cap = _Cap(max_records, source)
     if kind == "msgpack":
         return _msgpack(body, tag, stream, source, max_line, cap)
+    check_containers(body, source)
     text = decode_bytes(body, source)
     del body
     return _json(text, tag, stream, source, max_line, cap)
+
+
+def check_containers(body: bytes | bytearray, source: str) -> None:
+    """Refuse (413, counted) a JSON body that may hold more than :data:`MAX_CONTAINERS`
+    objects and arrays, before any is built."""
+    count = body.count(b"{") + body.count(b"[")
+    if count > MAX_CONTAINERS:
+        raise _refuse(
+            source,
+            413,
+            "too_complex",
+            f"JSON body of {count} objects and arrays (at most {MAX_CONTAINERS})",
+        )
 
 
 def _inflate(body: bytes | bytearray, lease: Lease, source: str) -> bytearray:

@@ -38,8 +38,8 @@ from service.ingest.runtime_paths import path_meta
 from service.ingest.salvage import clean_text
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
-from service.sources.http.body import MAX_DECOMPRESSED_BYTES, BodyRefused
-from service.sources.limits import MAX_RECORDS
+from service.sources.http.body import MAX_DECOMPRESSED_BYTES, BodyRefused, check_containers
+from service.sources.limits import MAX_FIELDS, MAX_RECORDS
 
 SOURCE = "otlp"
 PROTOBUF_TYPES = frozenset(
@@ -52,7 +52,6 @@ ACCEPTED_TYPES = "application/x-protobuf, application/json"
 # LogRecord is 2 bytes on the wire and about 140 parsed), counted by a pre-scan
 PARSE_FACTOR = {"protobuf": 1, "json": 3}
 MESSAGE_COST = 160
-MAX_FIELDS = 1_000_000  # protobuf fields one export may hold (the pre-scan walks each once)
 MAX_DEPTH = 32  # nested AnyValue levels rendered (deeper: "...")
 
 # resource (or record) attribute → LogRecord.meta key
@@ -123,7 +122,11 @@ def decode_export(
                 "unsupported_encoding",
                 f"unsupported Content-Encoding {clip(encoding, 40)} (gzip or none)",
             )
-        messages = _prescan(body, max_records) if kind == "protobuf" else 0
+        if kind == "protobuf":
+            messages = _prescan(body, max_records)
+        else:
+            check_containers(body, SOURCE)
+            messages = 0
         try:
             lease.take(len(body) * PARSE_FACTOR[kind] + messages * MESSAGE_COST)
         except DecompressedTooLarge:
