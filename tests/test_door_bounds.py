@@ -190,3 +190,14 @@ def test_an_otlp_json_body_of_millions_of_objects_is_refused() -> None:
         decode_export(gzip.compress(body), "application/json", "gzip")
     assert exc.value.status == 413
     assert rejects("otlp", "too_complex") == before + 1
+
+
+def test_a_msgpack_unit_holding_millions_of_maps_is_refused(client: TestClient) -> None:
+    # one array of arrays of empty maps: each map is 1 byte packed and ~64 parsed
+    inner = b"\xdd" + (1 << 20).to_bytes(4, "big") + b"\x80" * (1 << 20)
+    body = b"\x92" + inner + inner
+    before = rejects("http", "too_complex")
+    headers = {**WRITE, "Content-Type": "application/msgpack", "Content-Encoding": "gzip"}
+    r = client.post("/ingest", content=gzip.compress(body), headers=headers)
+    assert r.status_code == 413
+    assert rejects("http", "too_complex") == before + 1

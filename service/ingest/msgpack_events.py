@@ -15,12 +15,22 @@ import msgpack
 from service.ingest.timestamps import ext_hook
 
 MAX_ENTRIES = 1 << 20  # array/map headers larger than this are rejected before allocation
+# what one :func:`unpack_all` call may build: maps and arrays, and the entries in them (an
+# empty map is 1 byte packed and about 64 parsed; 100,000 Fluent Bit records with their
+# Kubernetes metadata hold about 600,000 and 3,000,000)
+MAX_CONTAINERS = 1_000_000
+MAX_CONTAINER_ENTRIES = 8_000_000
 
 
-def new_unpacker(max_bytes: int) -> msgpack.Unpacker:
+class TooComplex(ValueError):
+    """The data holds more maps and arrays (or entries in them) than one call may build."""
+
+
+def new_unpacker(max_bytes: int, **hooks: Any) -> msgpack.Unpacker:
     """Streaming unpacker for untrusted input: bounded buffer and container sizes, str kept
     lossless (undecodable bytes as surrogates), EventTime decoded to epoch floats."""
     return msgpack.Unpacker(
+        **hooks,
         raw=False,
         unicode_errors="surrogateescape",
         strict_map_key=False,
@@ -33,8 +43,21 @@ def new_unpacker(max_bytes: int) -> msgpack.Unpacker:
 
 def unpack_all(data: bytes | bytearray) -> Iterator[Any]:
     """Every object of a concatenated msgpack stream; raises on malformed or truncated data
-    (``ValueError`` for a truncated tail)."""
-    unpacker = new_unpacker(max(len(data), 1))
+    (``ValueError`` for a truncated tail), :class:`TooComplex` past :data:`MAX_CONTAINERS`
+    maps and arrays or :data:`MAX_CONTAINER_ENTRIES` entries in them, counted as each is built."""
+    built = [0, 0]  # containers, entries
+
+    def count(obj: Any) -> Any:
+        built[0] += 1
+        built[1] += len(obj)
+        if built[0] > MAX_CONTAINERS or built[1] > MAX_CONTAINER_ENTRIES:
+            raise TooComplex(
+                f"more than {MAX_CONTAINERS} maps and arrays or "
+                f"{MAX_CONTAINER_ENTRIES} entries in them"
+            )
+        return obj
+
+    unpacker = new_unpacker(max(len(data), 1), object_hook=count, list_hook=count)
     unpacker.feed(data)
     end = 0
     for obj in unpacker:

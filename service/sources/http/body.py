@@ -42,7 +42,7 @@ from service.ingest.budget import BudgetExhausted, Lease, MiB, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record, decode_text
 from service.ingest.fluent_record import has_line
-from service.ingest.msgpack_events import split_event, unpack_all
+from service.ingest.msgpack_events import TooComplex, split_event, unpack_all
 from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
@@ -354,6 +354,8 @@ def _msgpack(
             cap.check(len(records))
     except BodyRefused:
         raise
+    except TooComplex as exc:
+        raise _refuse(source, 413, "too_complex", f"msgpack body: {exc}") from None
     except Exception as exc:  # malformed or truncated stream: keep what came before
         reject(source, "bad_msgpack", str(exc))
         rejected += 1
