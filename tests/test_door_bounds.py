@@ -4,6 +4,7 @@ accepted or not, against the record cap (issue #20)."""
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 from collections.abc import Iterator
@@ -22,7 +23,9 @@ from service.sources.http.body import BodyRefused
 from service.sources.http.otlp import decode_export
 from service.sources.limits import MAX_CONTAINERS, MAX_FIELDS
 from tests.api_support import WRITE, close_context, make_context
-from tests.ingest_samples import rejects
+from tests.ingest_samples import STARTUP, rejects
+from tests.test_forward import T0, Client, Sink, record
+from tests.test_forward_limits import forward
 
 PROTOBUF = "application/x-protobuf"
 
@@ -201,3 +204,25 @@ def test_a_msgpack_unit_holding_millions_of_maps_is_refused(client: TestClient) 
     r = client.post("/ingest", content=gzip.compress(body), headers=headers)
     assert r.status_code == 413
     assert rejects("http", "too_complex") == before + 1
+
+
+# ---- Forward: one message cannot build millions of maps ------------------------------------
+def test_a_forward_message_of_millions_of_empty_maps_closes_the_connection() -> None:
+    async def main() -> None:
+        sink = Sink()
+        server = await forward(sink)
+        before = rejects("forward", "bad_msgpack")
+        try:
+            bomb = await Client.connect(server)
+            inner = b"\xdd" + (1 << 20).to_bytes(4, "big") + b"\x80" * (1 << 20)
+            await bomb.send_raw(b"\x92\xa1t\x92" + inner + inner)  # ["t", [2M empty maps]]
+            assert await bomb.closed_by_server(10)
+            assert rejects("forward", "bad_msgpack") == before + 1
+            ok = await Client.connect(server)  # other connections are not affected
+            await ok.send(["t", T0, record(STARTUP), {"chunk": "ok"}])
+            assert await ok.receive() == {"ack": "ok"}
+            await ok.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())

@@ -26,6 +26,35 @@ class TooComplex(ValueError):
     """The data holds more maps and arrays (or entries in them) than one call may build."""
 
 
+class BuildCounter:
+    """Maps and arrays (and their entries) an unpacker has built; its hooks raise
+    :class:`TooComplex` past :data:`MAX_CONTAINERS` / :data:`MAX_CONTAINER_ENTRIES`."""
+
+    __slots__ = ("containers", "entries")
+
+    def __init__(self) -> None:
+        self.containers = 0
+        self.entries = 0
+
+    def reset(self) -> None:
+        """Start counting the next message."""
+        self.containers = self.entries = 0
+
+    def count(self, obj: Any) -> Any:
+        self.containers += 1
+        self.entries += len(obj)
+        if self.containers > MAX_CONTAINERS or self.entries > MAX_CONTAINER_ENTRIES:
+            raise TooComplex(
+                f"more than {MAX_CONTAINERS} maps and arrays or "
+                f"{MAX_CONTAINER_ENTRIES} entries in them"
+            )
+        return obj
+
+    def hooks(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`new_unpacker`."""
+        return {"object_hook": self.count, "list_hook": self.count}
+
+
 def new_unpacker(max_bytes: int, **hooks: Any) -> msgpack.Unpacker:
     """Streaming unpacker for untrusted input: bounded buffer and container sizes, str kept
     lossless (undecodable bytes as surrogates), EventTime decoded to epoch floats."""
@@ -45,19 +74,8 @@ def unpack_all(data: bytes | bytearray) -> Iterator[Any]:
     """Every object of a concatenated msgpack stream; raises on malformed or truncated data
     (``ValueError`` for a truncated tail), :class:`TooComplex` past :data:`MAX_CONTAINERS`
     maps and arrays or :data:`MAX_CONTAINER_ENTRIES` entries in them, counted as each is built."""
-    built = [0, 0]  # containers, entries
-
-    def count(obj: Any) -> Any:
-        built[0] += 1
-        built[1] += len(obj)
-        if built[0] > MAX_CONTAINERS or built[1] > MAX_CONTAINER_ENTRIES:
-            raise TooComplex(
-                f"more than {MAX_CONTAINERS} maps and arrays or "
-                f"{MAX_CONTAINER_ENTRIES} entries in them"
-            )
-        return obj
-
-    unpacker = new_unpacker(max(len(data), 1), object_hook=count, list_hook=count)
+    built = BuildCounter()
+    unpacker = new_unpacker(max(len(data), 1), **built.hooks())
     unpacker.feed(data)
     end = 0
     for obj in unpacker:
