@@ -185,10 +185,18 @@ def install_reject_filter(logger: logging.Logger | None = None) -> None:
         target.addFilter(RejectLogFilter(REJECTS_LOG))
 
 
+_REJECT_COUNTERS: dict[tuple[str, str], Any] = {}
+
+
 def reject(source: str, reason: str, detail: Any = "") -> None:
     """Count one rejected input (``sentinel_rejects_total``) and log it at a bounded rate,
     with at most :data:`MAX_CHARS` characters of ``detail``; never raises."""
-    metrics.REJECTS.labels(source=source, reason=reason).inc()
+    counter = _REJECT_COUNTERS.get((source, reason))
+    if counter is None:  # labels() costs ~10 us a call: keep each child once looked up
+        counter = _REJECT_COUNTERS[source, reason] = metrics.REJECTS.labels(
+            source=source, reason=reason
+        )
+    counter.inc()
     with contextlib.suppress(Exception):  # logging must never break ingest
         REJECTS_LOG.warning(
             (source, reason), "rejected input from %s: %s %s", source, reason, detail

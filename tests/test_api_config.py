@@ -144,7 +144,7 @@ def test_the_kubernetes_config_map_is_valid_settings() -> None:
     s = Settings(**yaml.safe_load(cm["data"]["sentinel.yaml"]))
     assert s.sources.kafka is not None and s.sources.kafka.group
     assert s.api.host == "0.0.0.0"
-    assert s.sources.forward is None and s.sources.http is True  # OTLP and /ingest (#22)
+    assert s.sources.forward is None and s.sources.http is False
 
 
 def test_the_deployment_runs_replicas_safely() -> None:

@@ -125,13 +125,16 @@ def test_check_config_warns_about_links_nobody_can_open(
         assert out.endswith(f"{path}: ok (1 warning)\n")
 
 
-def test_the_shipped_kubernetes_config_takes_ingest_and_flags_its_placeholder(
+def test_the_single_instance_config_takes_ingest_and_flags_its_placeholder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The README's OTLP and curl examples need ``sources.http``; the shipped alert-link
+    address is a placeholder the user must replace, and check-config says so."""
     monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret")
-    cm = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "configmap.yaml").read_text())
+    monkeypatch.setenv("SENTINEL_SOURCES__FORWARD__SHARED_KEY", "from-the-secret")
+    overlay = ROOT / "deploy" / "kubernetes" / "overlays" / "single" / "configmap.yaml"
     path = tmp_path / "sentinel.yaml"
-    path.write_text(cm["data"]["sentinel.yaml"])
+    path.write_text(yaml.safe_load(overlay.read_text())["data"]["sentinel.yaml"])
     problems, warnings = check_report(path)
     assert problems == []
     assert Settings(**yaml.safe_load(path.read_text())).sources.http is True  # OTLP, /ingest
