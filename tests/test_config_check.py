@@ -294,7 +294,7 @@ def test_probe_connects_and_binds(tmp_path: Path) -> None:
 def test_the_shipped_files_check_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert check_config(DEPLOY / "sentinel.example.yaml") == []
     monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret")
-    cm = yaml.safe_load((DEPLOY / "kubernetes" / "configmap.yaml").read_text())
+    cm = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "configmap.yaml").read_text())
     text = cm["data"]["sentinel.yaml"]
     assert check_config(write(tmp_path, text)) == []
     # the commented receivers, with the Secret's keys as the deployment mounts them
@@ -320,7 +320,7 @@ def test_the_shipped_files_check_clean(tmp_path: Path, monkeypatch: pytest.Monke
     assert pd.routing_key == "pagerduty-routing-key-value"
     assert slack.url.startswith("https://hooks.slack.com/")
     assert hook.secret == "webhook-secret-value"
-    dep = yaml.safe_load((DEPLOY / "kubernetes" / "deployment.yaml").read_text())
+    dep = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "deployment.yaml").read_text())
     spec = dep["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert mounts["secrets"] == "/var/run/secrets/vllm-sentinel"
