@@ -54,6 +54,17 @@ def primary(*lines: str) -> str | None:
             "Killed",
         ),
         ("    raise RuntimeError(msg)", CODE, "    raise RuntimeError(msg)"),
+        # journald in any locale: the month may be written "12\u6708"
+        (
+            "12\u6708 03 18:13:23 jetson ollama[3235]: ggml_gallocr_reserve_n: failed to allocate",
+            None,
+            "ggml_gallocr_reserve_n: failed to allocate",
+        ),
+        (
+            "Dec 03 18:13:23 jetson ollama[3235]: llama_context: n_ctx = 4096",
+            None,
+            "llama_context: n_ctx = 4096",
+        ),
     ],
 )
 def test_paste_decorations_and_foreign_headers(text: str, kind: str | None, message: str) -> None:

@@ -83,7 +83,7 @@ _CHAINS = (
 _WRAPPERS = re.compile(
     r"(?:"
     r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d|UTC))?\]?[ \t]+(?:\|[ \t]+)?"  # ISO ts (+ viewer "| ")
-    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-@]+(?:\[\d+\])?: "  # syslog/journald
+    r"|(?:[A-Z][a-z]{2}|\d{1,2}\u6708) [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-@]+(?:\[\d+\])?: "  # syslog/journald (any locale's month)
     r"|\|?\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*\S+ - "  # loguru
     r"|[\w.\-]+(?:[-_]\d+)?[ \t]+\| "  # docker compose "vllm-1  | "
     r"|\[pod/[^\]]+\] "  # kubectl logs --prefix
