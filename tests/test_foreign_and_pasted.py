@@ -65,6 +65,17 @@ def primary(*lines: str) -> str | None:
             None,
             "llama_context: n_ctx = 4096",
         ),
+        # a Rich console: the level in its own column, the logger's file right-aligned
+        (
+            "[12/03/25 10:00:00] ERROR    Engine core initialization failed.        core.py:123",
+            VLLM,
+            "Engine core initialization failed.",
+        ),
+        (
+            "                    ERROR    RuntimeError: boom                        core.py:12",
+            EXCEPTION,
+            "RuntimeError: boom",
+        ),
     ],
 )
 def test_paste_decorations_and_foreign_headers(text: str, kind: str | None, message: str) -> None:
