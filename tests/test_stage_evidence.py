@@ -142,6 +142,20 @@ def test_optional_nccl_library_probes_never_page() -> None:
             ],
             ("integration", "backend_kernel", "kv_cache_init"),
         ),
+        # an OOM naming the sampler warm-up is kv_cache_init, even after the load summary's
+        # absence and with no frame
+        (
+            [
+                "ERROR 03-20 02:29:07 [core.py:340] RuntimeError: CUDA out of memory occurred when "
+                "warming up sampler with 1024 dummy requests. Please try lowering `max_num_seqs`"
+            ],
+            ("capacity", "oom_kv_cache", "kv_cache_init"),
+        ),
+        # the compute buffers of a llama.cpp context, with no ladder line at all
+        (
+            ["llama_new_context_with_model: failed to allocate compute buffers"],
+            ("capacity", "oom_kv_cache", "kv_cache_init"),
+        ),
         # Ascend HCCL failing to listen is the collective's set-up
         (
             [

@@ -206,8 +206,8 @@ class Findings:
         said = self.rules.stage_evidence(line.message, line.fileinfo) if line else None
         if said == "container":  # the container runtime refused: that rung, whatever failed
             return said, "evidence"
-        if fixed:
-            return fixed, "rule"
+        if fixed:  # the rule's rung, unless the failing line's own words name another
+            return (said, "evidence") if said and said != "serving" else (fixed, "rule")
         if said == "serving" and st.stage and st.stage != "serving" and st.status == STARTING:
             said = None  # a request line cannot come before the server is up
         best, source = None, "default"
