@@ -189,3 +189,28 @@ def test_aws_ofi_plugin_fallback_never_pages() -> None:
         CLF,
     )
     assert reps[0]["incidents"] == []
+
+
+def test_vllm_c_missing_is_noise_on_tpu_only() -> None:
+    warn = (
+        "WARNING 10-20 00:02:14 [interface.py:176] Failed to import from vllm._C: "
+        "ModuleNotFoundError(\"No module named 'vllm._C'\")"
+    )
+    tpu = classify_records(
+        [
+            LogRecord("tpu", "INFO 10-20 00:02:12 [__init__.py:22] TPU info: node_name=dev"),
+            LogRecord("tpu", warn),
+        ],
+        CLF,
+    )
+    assert tpu[0]["incidents"] == []
+    gpu = classify_records(
+        [
+            LogRecord(
+                "gpu", "INFO 10-20 00:02:12 [__init__.py:1] Automatically detected platform cuda."
+            ),
+            LogRecord("gpu", warn),
+        ],
+        CLF,
+    )
+    assert gpu[0]["incidents"][0]["category"] == "library_mismatch"

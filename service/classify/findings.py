@@ -97,6 +97,9 @@ class Findings:
         hint = st.frame_hint.get(line.proc_key)
         if sigs and line.level is not None:
             sigs = [h for h in sigs if h[0].levels is None or line.level in h[0].levels]
+        platform = st.facts.get("platform", "").lower()
+        if sigs and platform:
+            sigs = [h for h in sigs if platform not in h[0].quiet_on]
         if sigs:
             sig = sigs[0][0]
             if st.shutting_down and sig.role in ("cascade", "symptom", "warning"):
