@@ -54,6 +54,28 @@ def primary(*lines: str) -> str | None:
             "Killed",
         ),
         ("    raise RuntimeError(msg)", CODE, "    raise RuntimeError(msg)"),
+        # journald in any locale: the month may be written "12\u6708"
+        (
+            "12\u6708 03 18:13:23 jetson ollama[3235]: ggml_gallocr_reserve_n: failed to allocate",
+            None,
+            "ggml_gallocr_reserve_n: failed to allocate",
+        ),
+        (
+            "Dec 03 18:13:23 jetson ollama[3235]: llama_context: n_ctx = 4096",
+            None,
+            "llama_context: n_ctx = 4096",
+        ),
+        # a Rich console: the level in its own column, the logger's file right-aligned
+        (
+            "[12/03/25 10:00:00] ERROR    Engine core initialization failed.        core.py:123",
+            VLLM,
+            "Engine core initialization failed.",
+        ),
+        (
+            "                    ERROR    RuntimeError: boom                        core.py:12",
+            EXCEPTION,
+            "RuntimeError: boom",
+        ),
     ],
 )
 def test_paste_decorations_and_foreign_headers(text: str, kind: str | None, message: str) -> None:

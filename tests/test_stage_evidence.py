@@ -106,3 +106,111 @@ def test_optional_nccl_library_probes_never_page() -> None:
         )
         is None
     )
+
+
+@pytest.mark.parametrize(
+    "lines, expected",
+    [
+        # llama.cpp / ollama: the context's compute graph did not fit (the analogue of profiling)
+        (
+            [
+                "llama_model_loader: loaded meta data with 33 key-value pairs and 626 tensors",
+                "llama_kv_cache_init:  CUDA_Host KV buffer size =  8192.00 MiB",
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 4507.00 MiB on device 0: "
+                "cudaMalloc failed: out of memory",
+                "ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 4725934080",
+                "llama_new_context_with_model: failed to allocate compute buffers",
+            ],
+            ("capacity", "oom_kv_cache", "kv_cache_init"),
+        ),
+        # ... while the same allocator failing before any context is the weights
+        (
+            [
+                "llama_model_loader: loaded meta data with 33 key-value pairs and 626 tensors",
+                "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 23862.50 MiB on device 0: "
+                "cudaMalloc failed: out of memory",
+                "llama_model_load: error loading model: unable to allocate CUDA0 buffer",
+            ],
+            ("capacity", "oom_weights", "model_load"),
+        ),
+        # SGLang: a JIT kernel build failing while CUDA graphs are captured
+        (
+            [
+                "Capturing batches (bs=32 avail_mem=10.30 GB):   0%|          | 0/8",
+                "(SGLangEngine pid=23902) subprocess.CalledProcessError: Command '['ninja', '-v', "
+                "'-C', '/root/.cache/flashinfer/cached_ops']' returned non-zero exit status 1.",
+            ],
+            ("integration", "backend_kernel", "kv_cache_init"),
+        ),
+        # an OOM naming the sampler warm-up is kv_cache_init, even after the load summary's
+        # absence and with no frame
+        (
+            [
+                "ERROR 03-20 02:29:07 [core.py:340] RuntimeError: CUDA out of memory occurred when "
+                "warming up sampler with 1024 dummy requests. Please try lowering `max_num_seqs`"
+            ],
+            ("capacity", "oom_kv_cache", "kv_cache_init"),
+        ),
+        # the compute buffers of a llama.cpp context, with no ladder line at all
+        (
+            ["llama_new_context_with_model: failed to allocate compute buffers"],
+            ("capacity", "oom_kv_cache", "kv_cache_init"),
+        ),
+        # Ascend HCCL failing to listen is the collective's set-up
+        (
+            [
+                "[ERROR] HCCL(2717288,python3):2025-07-23-03:47:57.070.463 [hccl_socket.cc:100] "
+                "[2717288][HcclSocket][Listen] socket type[1], listen on ip[192.168.20.160] and "
+                "specific port[16666] fail. Please check the port status"
+            ],
+            ("integration", "nccl_error", "distributed_init"),
+        ),
+    ],
+)
+def test_other_engines_ladders_place_the_failure(lines: list[str], expected) -> None:
+    stream = f"s{next(_N)}"
+    reps = classify_records([LogRecord(stream, t) for t in lines], CLF)
+    incs = reps[0]["incidents"]
+    assert (incs[0]["tier"], incs[0]["category"], incs[0]["stage"]) == expected
+
+
+def test_aws_ofi_plugin_fallback_never_pages() -> None:
+    reps = classify_records(
+        [
+            LogRecord("ofi", t)
+            for t in (
+                "w-1:22:572 [1] nccl_net_ofi_create_plugin:204 NCCL WARN NET/OFI Failed to "
+                "initialize sendrecv protocol",
+                "w-1:22:572 [1] nccl_net_ofi_create_plugin:257 NCCL WARN NET/OFI aws-ofi-nccl "
+                "initialization failed",
+                "w-1:22:572 [1] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.5<0>",
+            )
+        ],
+        CLF,
+    )
+    assert reps[0]["incidents"] == []
+
+
+def test_vllm_c_missing_is_noise_on_tpu_only() -> None:
+    warn = (
+        "WARNING 10-20 00:02:14 [interface.py:176] Failed to import from vllm._C: "
+        "ModuleNotFoundError(\"No module named 'vllm._C'\")"
+    )
+    tpu = classify_records(
+        [
+            LogRecord("tpu", "INFO 10-20 00:02:12 [__init__.py:22] TPU info: node_name=dev"),
+            LogRecord("tpu", warn),
+        ],
+        CLF,
+    )
+    assert tpu[0]["incidents"] == []
+    gpu = classify_records(
+        [
+            LogRecord(
+                "gpu", "INFO 10-20 00:02:12 [__init__.py:1] Automatically detected platform cuda."
+            ),
+            LogRecord("gpu", warn),
+        ],
+        CLF,
+    )
+    assert gpu[0]["incidents"][0]["category"] == "library_mismatch"

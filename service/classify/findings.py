@@ -112,6 +112,9 @@ class Findings:
         hint = st.frame_hint.get(line.proc_key)
         if sigs and line.level is not None:
             sigs = [h for h in sigs if h[0].levels is None or line.level in h[0].levels]
+        platform = st.facts.get("platform", "").lower()
+        if sigs and platform:
+            sigs = [h for h in sigs if platform not in h[0].quiet_on]
         if sigs:
             sig = sigs[0][0]
             if st.shutting_down and sig.role in ("cascade", "symptom", "warning"):
@@ -221,8 +224,8 @@ class Findings:
         said = self.rules.stage_evidence(line.message, line.fileinfo) if line else None
         if said == "container":  # the container runtime refused: that rung, whatever failed
             return said, "evidence"
-        if fixed:
-            return fixed, "rule"
+        if fixed:  # the rule's rung, unless the failing line's own words name another
+            return (said, "evidence") if said and said != "serving" else (fixed, "rule")
         if said == "serving" and st.stage and st.stage != "serving" and st.status == STARTING:
             said = None  # a request line cannot come before the server is up
         best, source = None, "default"

@@ -50,6 +50,9 @@ class Signature(BaseModel):
     literals: list[str] | None = None  # prefilter; derived from the pattern when absent
     case_sensitive: bool = False
     levels: list[str] | None = None  # match only lines of these levels (or with no level)
+    quiet_on: list[str] = Field(
+        default_factory=list
+    )  # platforms (the `platform` fact) where it is noise
     examples: Examples
 
     @field_validator("category")

@@ -83,7 +83,7 @@ _CHAINS = (
 _WRAPPERS = re.compile(
     r"(?:"
     r"\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: ?(?:Z|[+-]\d\d:?\d\d|UTC))?\]?[ \t]+(?:\|[ \t]+)?"  # ISO ts (+ viewer "| ")
-    r"|[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-@]+(?:\[\d+\])?: "  # syslog/journald
+    r"|(?:[A-Z][a-z]{2}|\d{1,2}\u6708) [ \d]\d \d\d:\d\d:\d\d [\w.\-]+ [\w.\-@]+(?:\[\d+\])?: "  # syslog/journald (any locale's month)
     r"|\|?\s*(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|SUCCESS|TRACE)\s*\|\s*\S+ - "  # loguru
     r"|[\w.\-]+(?:[-_]\d+)?[ \t]+\| "  # docker compose "vllm-1  | "
     r"|\[pod/[^\]]+\] "  # kubectl logs --prefix
@@ -91,6 +91,13 @@ _WRAPPERS = re.compile(
     r"|\d{1,4}: "  # srun --label
     r"|\[[ \t]*\d{1,10}\.\d{6}\][ \t]*"  # dmesg / kernel ring buffer time
     r")"
+)
+# A Rich console layout (SGLang, Ray, Dynamo): time column (blank on continuation lines),
+# the level in its own padded column, the message, the logger's file right-aligned.
+_RICH = re.compile(
+    r"(?:\[[\d/:.,\- ]{8,26}\]|[ \t]{8,})[ \t]*(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)[ \t]{1,8}"
+    r"(?P<msg>\S.*?)(?:[ \t]{2,}(?P<file>[\w.\-]+\.py):(?P<lineno>\d+))?[ \t]*$",
+    re.S,
 )
 _TORCH_RANK = re.compile(r"\[rank(?P<rank>\d+)\]: ?")
 _REPEATED = re.compile(r"\[repeated (?P<n>\d+)x across cluster\]\s*$")
@@ -233,6 +240,20 @@ def parse_line(raw: str, *, pasted: bool = True) -> Line:
                 process=process,
                 pid=pid,
             )
+            return line
+    if h is None and (rest[:1] == "[" or rest[:8].isspace()):
+        r = _RICH.match(rest)
+        if r:
+            line = Line(
+                text=text,
+                message=r.group("msg"),
+                kind=VLLM,
+                level=r.group("level"),
+                process=process,
+                pid=pid,
+                fileinfo=f"{r.group('file')}:{r.group('lineno')}" if r.group("file") else None,
+            )
+            _refine_payload(line)
             return line
     if h is None:
         # Slow path: outer wrappers, then prefixes again.
