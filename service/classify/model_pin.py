@@ -3,6 +3,6 @@ manifest or an artifact that differs (both swapped together included). Rewritten
 ``vllm-sentinel train`` whenever it writes the shipped ``models/`` directory."""
 
 PINNED = {
-    "text_model.json": "7b5e4afffc44e51d018005729840ec6fa02ef2d6581008eb4dff194f6c473e64",
-    "text_model.npz": "b2a2965665175b7e2a26efde8899c7913e5613b0609120b6f719a59ef3f035d7",
+    "text_model.json": "84e2d05205ee09a31976bcd8e728533e3a07db7f7e97c335ec8a025627f8d3fd",
+    "text_model.npz": "68489b6e76fc519dd82506a972cfe5f8cae478045d9dd998363e688e276c7d69",
 }
