@@ -12,7 +12,7 @@ from service.classify.text_model import TextModel
 from service.cli import main
 from service.taxonomy import CATEGORY_TIER
 from service.training.card import model_card
-from service.training.examples import load_examples, prepare
+from service.training.examples import Example, load_examples, prepare
 from service.training.fit import train
 from service.training.recipe import group_splits
 
@@ -264,3 +264,15 @@ def test_no_thread_is_on_both_sides_of_a_split():
     assert len(set(thread.tolist())) > 500
     for a, b in group_splits(y, groups, 5, seed=0):
         assert not (set(thread[a].tolist()) & set(thread[b].tolist())) - {""}
+
+
+def test_generated_variations_are_capped_per_wording_real_strings_are_not():
+    gen = [
+        Example(f"CUDA out of memory {i} blocks {'x' * i}", "oom_runtime", "f") for i in range(9)
+    ]
+    for e in gen:
+        e.origin = "generated"
+    real = [Example("CUDA out of memory while profiling", "oom_runtime", "f")]
+    kept = prepare(real + gen, 60, seed=0, max_generated=3)
+    assert sum(e.origin == "generated" for e in kept) == 3
+    assert any(e.origin != "generated" for e in kept)

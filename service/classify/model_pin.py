@@ -3,6 +3,6 @@ manifest or an artifact that differs (both swapped together included). Rewritten
 ``vllm-sentinel train`` whenever it writes the shipped ``models/`` directory."""
 
 PINNED = {
-    "text_model.json": "84e2d05205ee09a31976bcd8e728533e3a07db7f7e97c335ec8a025627f8d3fd",
-    "text_model.npz": "68489b6e76fc519dd82506a972cfe5f8cae478045d9dd998363e688e276c7d69",
+    "text_model.json": "0d4c3830e27255522352b6010dbf1fe8f93e8f757bf4490a02a892eab3f398a8",
+    "text_model.npz": "494d0ae957578d9f4fff57ba1ab4fc05923e851ba189c0f5b0fc856fb4d3bb83",
 }

@@ -163,7 +163,9 @@ def _origins(d: dict[str, Any]) -> list[str]:
         "",
         f"Real thread lines come from {d.get('threads', 0)} threads (each thread one",
         "cross-validation group); `noise` lines train `healthy`, cascades with no cause of",
-        "their own and out-of-taxonomy lines only raise the abstain thresholds.",
+        "their own and out-of-taxonomy lines only raise the abstain thresholds (the",
+        "error-looking ones; frames and bare wrappers never reach the model and are left out).",
+        f"Generated variations: at most {d.get('max_generated_per_family', '-')} per wording.",
         "",
     ]
     return out

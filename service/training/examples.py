@@ -189,8 +189,11 @@ def load_examples(
     return examples, ood
 
 
-def prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Example]:
-    """Mask, drop duplicate masked texts, cap examples per family, assign leakage-free groups."""
+def prepare(
+    examples: list[Example], max_per_family: int, seed: int, max_generated: int | None = None
+) -> list[Example]:
+    """Mask, drop duplicate masked texts, cap examples per family (generated variations of
+    one wording at ``max_generated``: augmentation, not the bulk), assign leakage-free groups."""
     for ex in examples:
         ex.key, ex.masked = event_fields(ex.text)
     seen: dict[str, Example] = {}
@@ -233,6 +236,11 @@ def prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Exa
     capped: list[Example] = []
     for fam in sorted(by_family):
         items = by_family[fam]
+        if max_generated is not None:
+            gen = [e for e in items if e.origin == ORIGIN_GENERATED]
+            if len(gen) > max_generated:
+                keep = {id(gen[i]) for i in rng.choice(len(gen), size=max_generated, replace=False)}
+                items = [e for e in items if e.origin != ORIGIN_GENERATED or id(e) in keep]
         if len(items) > max_per_family:
             idx = sorted(rng.choice(len(items), size=max_per_family, replace=False))
             items = [items[i] for i in idx]

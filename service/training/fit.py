@@ -111,7 +111,7 @@ def train(
     progress(f"loading examples from {data_dir}")
     raw, ood_raw = load_examples(Path(data_dir), feedback)
     progress(f"{len(raw)} labelled examples, {len(ood_raw)} out-of-taxonomy texts; masking")
-    examples = prepare(raw, cfg["max_per_family"], seed)
+    examples = prepare(raw, cfg["max_per_family"], seed, cfg.get("max_generated_per_family"))
     if max_examples is not None and len(examples) > max_examples:
         examples = _subset(examples, max_examples, seed)
     known = {e.masked for e in examples}
@@ -175,6 +175,7 @@ def train(
             "raw_by_origin": dict(sorted(Counter(e.origin for e in raw).items())),
             "examples_by_origin": dict(sorted(Counter(e.origin for e in examples).items())),
             "ood_by_origin": dict(sorted(Counter(e.origin for e in ood_raw).items())),
+            "max_generated_per_family": cfg.get("max_generated_per_family"),
             "threads": len({e.family for e in examples if e.origin == ORIGIN_THREAD}),
             "labelled_raw": len(raw),
             "examples": len(examples),
