@@ -131,14 +131,9 @@ def test_prediction_is_a_small_frozen_dataclass(model):
 NONSENSE = [
     "ERROR: the flux capacitor overheated",
     "ERROR: the flux capacitor overheated at 88 mph, aborting time jump 42",
-    pytest.param(
-        "FATAL: banana slicer misaligned by 3 degrees",
-        marks=pytest.mark.xfail(
-            reason="known limitation: plain English with no failure vocabulary leans "
-            "'healthy' (vLLM's own INFO prose dominates that class)",
-            strict=False,
-        ),
-    ),
+    # leans 'healthy' (plain English, no failure vocabulary) but below healthy's threshold,
+    # which unfamiliar error text must not reach: the model abstains
+    "FATAL: banana slicer misaligned by 3 degrees",
     "ERROR: quantum entanglement of the coffee machine detected",
     "Exception: unicorn stable is out of hay",
 ]
@@ -204,19 +199,21 @@ def test_never_tags_benign_lines(model, text):
     assert model.predict(text).category in ("healthy", "unknown")
 
 
+def test_cuda_error_35_ranks_driver_first_but_abstains(model):
+    """CUDA's own description of error 35 shares its words with 'no driver found'
+    (gpu_not_visible): the model ranks the right class first, not sure enough to say it."""
+    text = (
+        "cudaErrorInsufficientDriver: This indicates that the installed NVIDIA CUDA driver is "
+        "older than the CUDA runtime library."
+    )
+    proba = model.predict_proba(text)
+    assert max(proba, key=proba.__getitem__) == "driver_incompatible"
+    assert model.predict(text).category == "unknown"
+
+
 # Wordings that are NOT in training_data (paraphrases, other versions, other products'
 # phrasing of the same failure). Each must still land in its category.
 UNSEEN = [
-    pytest.param(
-        "driver_incompatible",
-        "cudaErrorInsufficientDriver: This indicates that the installed NVIDIA CUDA driver is "
-        "older than the CUDA runtime library.",
-        marks=pytest.mark.xfail(
-            reason="CUDA's own description of error 35 shares its words with 'no driver "
-            "found' (gpu_not_visible); the model splits and abstains",
-            strict=False,
-        ),
-    ),
     (
         "driver_incompatible",
         "RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 803: system has "

@@ -12,7 +12,7 @@ from service.classify.text_model import TextModel
 from service.cli import main
 from service.taxonomy import CATEGORY_TIER
 from service.training.card import model_card
-from service.training.examples import load_examples, prepare
+from service.training.examples import Example, load_examples, prepare
 from service.training.fit import train
 from service.training.recipe import group_splits
 
@@ -186,3 +186,93 @@ def test_tier_must_match_category(tmp_path):
     )
     with pytest.raises(ValueError, match="tier"):
         load_examples(data)
+
+
+def _thread_line(line: str, category: str, role: str, thread: str) -> str:
+    return json.dumps(
+        {
+            "line": line,
+            "category": category,
+            "tier": CATEGORY_TIER[category],
+            "role": role,
+            "stage": None,
+            "program": "vllm",
+            "vendor": "nvidia",
+            "source": "https://x/1",
+            "thread": thread,
+            "why": "test",
+        }
+    )
+
+
+def test_thread_lines_are_parsed_grouped_by_thread_and_noise_is_healthy(tmp_path):
+    data = _tiny_dataset(tmp_path)
+    (data / "real_threads").mkdir()
+    (data / "real_threads" / "t.jsonl").write_text(
+        "\n".join(
+            [
+                _thread_line(
+                    "(EngineCore_DP0 pid=7) ERROR 01-02 03:04:05 [core.py:1] "
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                    "2.00 GiB",
+                    "oom_runtime",
+                    "cause",
+                    "github:a/b#1",
+                ),
+                _thread_line(
+                    "INFO 01-02 03:04:05 [core.py:1] Worker failed, retrying",
+                    "unknown",
+                    "noise",
+                    "github:a/b#1",
+                ),
+                _thread_line(
+                    "(EngineCore_DP0 pid=7)     self.model_runner.profile_run()",
+                    "unknown",
+                    "cascade",
+                    "github:a/b#2",
+                ),
+                _thread_line(
+                    "RuntimeError: Engine core initialization failed.",
+                    "unknown",
+                    "cascade",
+                    "github:a/b#2",
+                ),
+            ]
+        )
+        + "\n"
+    )
+    raw, ood = load_examples(data)
+    threads = [e for e in raw if e.origin == "thread"]
+    assert [(e.category, e.family) for e in threads] == [
+        ("oom_runtime", "thread:github:a/b#1"),
+        ("healthy", "thread:github:a/b#1"),  # noise trains healthy whatever its label
+    ]
+    assert threads[0].text.startswith("torch.OutOfMemoryError: CUDA out of memory")
+    assert threads[0].asked and not threads[1].asked
+    # an error-looking cascade raises the thresholds; a traceback frame is never asked
+    assert [e.text for e in ood if e.origin == "thread"] == [
+        "RuntimeError: Engine core initialization failed."
+    ]
+
+
+def test_no_thread_is_on_both_sides_of_a_split():
+    raw, _ = load_examples(DATA)
+    examples = prepare(raw, 60, seed=0)
+    y = np.array([e.category for e in examples])
+    groups = np.array([e.group for e in examples])
+    thread = np.array([e.family if e.origin == "thread" else "" for e in examples])
+    assert len(set(thread.tolist())) > 500
+    for a, b in group_splits(y, groups, 5, seed=0):
+        assert not (set(thread[a].tolist()) & set(thread[b].tolist())) - {""}
+
+
+def test_generated_variations_are_capped_per_wording_real_strings_are_not():
+    gen = [
+        Example(f"CUDA out of memory {i} blocks {'x' * i}", "oom_runtime", "f") for i in range(9)
+    ]
+    for e in gen:
+        e.origin = "generated"
+    real = [Example("CUDA out of memory while profiling", "oom_runtime", "f")]
+    kept = prepare(real + gen, 60, seed=0, max_generated=3)
+    assert sum(e.origin == "generated" for e in kept) == 3
+    assert any(e.origin != "generated" for e in kept)

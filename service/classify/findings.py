@@ -2,7 +2,8 @@
 
 * A signature decides first (its role, priority, stage hints, the category it takes at that
   stage); the text model is asked only about error-looking lines no signature explains, and
-  abstains on what it does not know; an exception nothing explains is an ``unknown`` symptom.
+  its calibrated answer decides tier and category; when it abstains, an exception, or an error
+  line it still leans to a failure class for, is an ``unknown`` symptom naming the line.
 * The stage: a rule's own rung, else the latest of the stage the stream reached, the deepest
   hinted traceback frame and what the failing line itself shows, else a per-category default.
 * Later frames of the same traceback refine a finding whose stage was only a guess
@@ -180,7 +181,9 @@ class Findings:
                 )
             if cat == "healthy":
                 return None
-        if strength != "exception":
+            if strength != "exception" and not self._leans_to_failure(pred):
+                return None
+        elif strength != "exception":
             return None
         stage, source = self.stage_for(st, "unknown", None, None, hint, line)
         return Finding(
@@ -201,6 +204,13 @@ class Findings:
             novel=novel,
             stage_source=source,
         )
+
+    def _leans_to_failure(self, pred: Any) -> bool:
+        """An abstention that still names the line: the model's top class is a failure
+        class, reaching the model's floor but not that class's own, higher bar."""
+        floor = float(getattr(self.model, "threshold", 1.0))
+        best = getattr(pred, "best", "")
+        return best not in ("", "healthy", "unknown") and float(pred.probability) >= floor
 
     def _check_disagreement(self, line: L.Line, category: str) -> None:
         pred = self.model.predict(line.message) if self.model else None

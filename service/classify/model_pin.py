@@ -3,6 +3,6 @@ manifest or an artifact that differs (both swapped together included). Rewritten
 ``vllm-sentinel train`` whenever it writes the shipped ``models/`` directory."""
 
 PINNED = {
-    "text_model.json": "7b5e4afffc44e51d018005729840ec6fa02ef2d6581008eb4dff194f6c473e64",
-    "text_model.npz": "b2a2965665175b7e2a26efde8899c7913e5613b0609120b6f719a59ef3f035d7",
+    "text_model.json": "0d4c3830e27255522352b6010dbf1fe8f93e8f757bf4490a02a892eab3f398a8",
+    "text_model.npz": "494d0ae957578d9f4fff57ba1ab4fc05923e851ba189c0f5b0fc856fb4d3bb83",
 }

@@ -36,13 +36,15 @@ class Prediction:
     """What the text model says about one event.
 
     ``probability`` is the calibrated probability of the top class (also when abstaining,
-    so callers can see how unsure the model was); ``template`` is the masked event text.
+    so callers can see how unsure the model was); ``template`` is the masked event text;
+    ``best`` is the top class, also when abstaining.
     """
 
     category: str
     tier: str
     probability: float
     template: str
+    best: str = ""
 
     @property
     def abstained(self) -> bool:
@@ -111,7 +113,7 @@ class TextModel:
             category = self.classes[best[i]]
             template = m[:TEMPLATE_MAX_CHARS]
             if not m.strip() or p < self.class_thresholds[category]:
-                out.append(Prediction(UNKNOWN, CATEGORY_TIER[UNKNOWN], p, template))
+                out.append(Prediction(UNKNOWN, CATEGORY_TIER[UNKNOWN], p, template, category))
             else:
-                out.append(Prediction(category, CATEGORY_TIER[category], p, template))
+                out.append(Prediction(category, CATEGORY_TIER[category], p, template, category))
         return out

@@ -5,7 +5,9 @@ Class-stratified k-fold over leakage-free groups (``StratifiedGroupKFold``: whol
 families, never random lines): every example is predicted by a model that never saw its
 family. The held-out labels of fold k use thresholds chosen on the other folds only
 (cross-fitting), so the reported scores never saw their own labels; the shipped
-thresholds are chosen on every fold's out-of-fold probabilities.
+thresholds are chosen on every fold's out-of-fold probabilities. Real thread lines have
+their thread as family, so no thread is ever on both sides; their held-out scores are also
+reported on their own (``scores["real_threads"]``), apart from generated and seed text.
 """
 
 from __future__ import annotations
@@ -45,9 +47,13 @@ def cross_validate(
     groups: np.ndarray,
     ood_fields: Sequence[tuple[str, str]],
     progress: Callable[[str], None],
+    real: np.ndarray | None = None,
+    asked: np.ndarray | None = None,
 ) -> CrossValidation:
     """Cross-validate the recipe on ``texts`` (labels ``y``, groups ``groups``);
-    ``ood_fields`` (out-of-taxonomy texts) only raise the thresholds."""
+    ``ood_fields`` (out-of-taxonomy texts) only raise the thresholds; ``real`` marks the
+    real thread lines, scored on their own too; ``asked`` the error-looking lines, the only
+    healthy ones that raise a class's threshold."""
     classes = sorted(set(y.tolist()))
     splits = group_splits(y, groups, config["test_folds"], seed)
     oof = np.zeros((len(texts), len(classes)))
@@ -74,7 +80,11 @@ def cross_validate(
         other = fold_of != k
         ood_o = np.mean([ood_by_fold[j] for j in range(len(splits)) if j != k], axis=0)
         t_k, ct_k, _ = choose_thresholds(
-            classes, oof[other], y[other].tolist(), ood_o if ood_fields else None
+            classes,
+            oof[other],
+            y[other].tolist(),
+            ood_o if ood_fields else None,
+            None if asked is None else asked[other],
         )
         idx = np.where(fold_of == k)[0]
         for i, lab in zip(idx, with_abstain(classes, oof[idx], t_k, ct_k), strict=True):
@@ -87,6 +97,17 @@ def cross_validate(
         scores["ood_refused"] = round(float(np.mean(ood_refused)), 4)
         scores["n_ood"] = len(ood_fields)
     scores["folds"] = len(splits)
+    if real is not None and real.any():
+        idx = np.where(real)[0]
+        scores["real_threads"] = report(
+            classes,
+            y[idx].tolist(),
+            oof[idx],
+            0.0,
+            None,
+            None,
+            pred=[pred_labels[i] for i in idx],
+        )
     ood_all = np.mean(ood_by_fold, axis=0) if ood_fields else None
-    threshold, class_thr, selection = choose_thresholds(classes, oof, y.tolist(), ood_all)
+    threshold, class_thr, selection = choose_thresholds(classes, oof, y.tolist(), ood_all, asked)
     return CrossValidation(classes, scores, threshold, class_thr, selection)

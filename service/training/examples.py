@@ -9,6 +9,17 @@ a correction to ``unknown`` becomes out-of-taxonomy text. The held-out evaluatio
 (``tests/corpus`` and the blind sets ``tests/blind``, ``tests/blind2``, any ``tests/blind*``)
 are refused as training data.
 
+``<data>/real_threads/*.jsonl`` holds real physical log lines from public threads (fields
+``line``, ``category``, ``role``, ``thread`` ...; ``training_data/real_threads/README.md``).
+Each line is parsed as the classifier parses it (:func:`service.parse.line.parse_line`) and
+its message is the example; its family is its thread, so cross-validation never puts one
+thread on both sides. ``noise`` lines are labelled ``healthy``; lines labelled ``unknown``
+(cascades with no cause of their own, out-of-taxonomy causes) only raise the abstain
+thresholds, and only those the classifier would ask the model about (error-looking:
+:func:`service.classify.findings.error_like`; a traceback frame or a bare wrapper never
+reaches it); a cascade that repeats its cause's wording keeps the cause's category. Thread
+lines are read first, so where a generated text masks to the same text, the real label wins.
+
 :func:`prepare` masks every example into its key line and whole event
 (:func:`service.classify.model_input.event_fields`), drops exact duplicates of a masked
 text, caps examples per family, and puts families whose masked texts coincide into one
@@ -26,12 +37,27 @@ from typing import Any
 
 import numpy as np
 
+from service.classify.findings import error_like
 from service.classify.model_input import event_fields
+from service.parse.line import parse_line
 from service.taxonomy import CATEGORY_TIER
 
-__all__ = ["UNKNOWN", "Example", "load_examples", "prepare"]
+__all__ = [
+    "ORIGIN_GENERATED",
+    "ORIGIN_STRING",
+    "ORIGIN_THREAD",
+    "REAL_THREADS",
+    "UNKNOWN",
+    "Example",
+    "load_examples",
+    "prepare",
+]
 
 UNKNOWN = "unknown"
+REAL_THREADS = "real_threads"
+# where an example came from: a real line of a public thread, a generated variation, or a
+# real string (seed wordings, captured healthy runs, vLLM's own log strings)
+ORIGIN_THREAD, ORIGIN_GENERATED, ORIGIN_STRING = "thread", "generated", "string"
 
 
 @dataclass(slots=True)
@@ -44,10 +70,12 @@ class Example:
     masked: str = ""
     key: str = ""
     group: int = -1
+    origin: str = ORIGIN_STRING
+    asked: bool = True  # error-looking: the classifier would ask the model about it
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _read_jsonl(path: Path, field_name: str = "text") -> list[dict[str, Any]]:
     rows = []
     with path.open(encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
@@ -58,8 +86,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 row = json.loads(line)
             except ValueError as exc:
                 raise ValueError(f"{path}:{n}: not JSON: {exc}") from exc
-            if not isinstance(row, dict) or not isinstance(row.get("text"), str):
-                raise ValueError(f"{path}:{n}: an example needs a string 'text'")
+            if not isinstance(row, dict) or not isinstance(row.get(field_name), str):
+                raise ValueError(f"{path}:{n}: an example needs a string {field_name!r}")
             row["_where"] = f"{path.name}:{n}"
             rows.append(row)
     return rows
@@ -68,6 +96,29 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _held_out(folder: str) -> bool:
     """``tests/corpus`` and every blind set (``tests/blind``, ``tests/blind2``...): evaluation only."""
     return folder == "corpus" or folder.startswith("blind")
+
+
+def _thread_rows(data_dir: Path) -> list[dict[str, Any]]:
+    """The real thread lines as example rows: the parsed message, the thread as family."""
+    rows = []
+    for path in sorted((data_dir / REAL_THREADS).glob("*.jsonl")):
+        for row in _read_jsonl(path, "line"):
+            cat = "healthy" if row.get("role") == "noise" else row.get("category")
+            line = parse_line(row["line"])
+            if cat == UNKNOWN and error_like(line, frozenset()) is None:
+                continue  # never asked of the model: no say in its thresholds
+            rows.append(
+                {
+                    **row,
+                    "text": line.message,
+                    "category": cat,
+                    "tier": None,
+                    "family": f"thread:{row.get('thread') or row['_where']}",
+                    "_origin": ORIGIN_THREAD,
+                    "_asked": error_like(line, frozenset()) is not None,
+                }
+            )
+    return rows
 
 
 def load_examples(
@@ -83,13 +134,24 @@ def load_examples(
         raise FileNotFoundError(f"no *.jsonl training files in {data_dir}")
     examples: list[Example] = []
     ood: list[Example] = []
+    batches: list[tuple[bool, list[dict[str, Any]]]] = [(False, _thread_rows(data_dir))]
     for path in files:
-        is_ood = path.name.startswith("ood")
-        for row in _read_jsonl(path):
+        origin = ORIGIN_GENERATED if path.stem == "generated" else ORIGIN_STRING
+        rows = _read_jsonl(path)
+        for row in rows:
+            row.setdefault("family", f"{path.stem}:{row['_where']}")
+            row["_origin"] = origin
+        batches.append((path.name.startswith("ood"), rows))
+    for is_ood, rows in batches:
+        for row in rows:
             cat = row.get("category")
-            fam = str(row.get("family") or f"{path.stem}:{row['_where']}")
+            fam = str(row.get("family") or row["_where"])
             if is_ood or cat == UNKNOWN:
-                ood.append(Example(row["text"], UNKNOWN, fam, str(row.get("source", ""))))
+                ood.append(
+                    Example(
+                        row["text"], UNKNOWN, fam, str(row.get("source", "")), origin=row["_origin"]
+                    )
+                )
                 continue
             if cat not in CATEGORY_TIER:
                 raise ValueError(f"{row['_where']}: category {cat!r} is not in the taxonomy")
@@ -99,8 +161,20 @@ def load_examples(
                     f"{row['_where']}: tier {tier!r} does not match {cat!r} "
                     f"({CATEGORY_TIER[cat]!r})"
                 )
+            asked = row.get("_asked")
+            if asked is None:
+                first = parse_line(row["text"].split("\n", 1)[0])
+                asked = error_like(first, frozenset()) is not None
             examples.append(
-                Example(row["text"], cat, fam, str(row.get("source", "")), row.get("stage"))
+                Example(
+                    row["text"],
+                    cat,
+                    fam,
+                    str(row.get("source", "")),
+                    row.get("stage"),
+                    origin=row["_origin"],
+                    asked=bool(asked),
+                )
             )
     if feedback is not None:
         for i, row in enumerate(_read_jsonl(Path(feedback))):
@@ -115,8 +189,11 @@ def load_examples(
     return examples, ood
 
 
-def prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Example]:
-    """Mask, drop duplicate masked texts, cap examples per family, assign leakage-free groups."""
+def prepare(
+    examples: list[Example], max_per_family: int, seed: int, max_generated: int | None = None
+) -> list[Example]:
+    """Mask, drop duplicate masked texts, cap examples per family (generated variations of
+    one wording at ``max_generated``: augmentation, not the bulk), assign leakage-free groups."""
     for ex in examples:
         ex.key, ex.masked = event_fields(ex.text)
     seen: dict[str, Example] = {}
@@ -159,6 +236,11 @@ def prepare(examples: list[Example], max_per_family: int, seed: int) -> list[Exa
     capped: list[Example] = []
     for fam in sorted(by_family):
         items = by_family[fam]
+        if max_generated is not None:
+            gen = [e for e in items if e.origin == ORIGIN_GENERATED]
+            if len(gen) > max_generated:
+                keep = {id(gen[i]) for i in rng.choice(len(gen), size=max_generated, replace=False)}
+                items = [e for e in items if e.origin != ORIGIN_GENERATED or id(e) in keep]
         if len(items) > max_per_family:
             idx = sorted(rng.choice(len(items), size=max_per_family, replace=False))
             items = [items[i] for i in idx]

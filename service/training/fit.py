@@ -38,7 +38,7 @@ from service.classify.text_model import TextModel
 
 from .card import model_card
 from .crossval import cross_validate
-from .examples import Example, load_examples, prepare
+from .examples import ORIGIN_THREAD, Example, load_examples, prepare
 from .export import export
 from .pin import write_pin
 from .recipe import MODEL_CONFIG, fit_pipeline
@@ -111,7 +111,7 @@ def train(
     progress(f"loading examples from {data_dir}")
     raw, ood_raw = load_examples(Path(data_dir), feedback)
     progress(f"{len(raw)} labelled examples, {len(ood_raw)} out-of-taxonomy texts; masking")
-    examples = prepare(raw, cfg["max_per_family"], seed)
+    examples = prepare(raw, cfg["max_per_family"], seed, cfg.get("max_generated_per_family"))
     if max_examples is not None and len(examples) > max_examples:
         examples = _subset(examples, max_examples, seed)
     known = {e.masked for e in examples}
@@ -125,7 +125,9 @@ def train(
         f"{len(counts)} classes"
     )
 
-    cv = cross_validate(cfg, seed, texts, y, groups, ood_fields, progress)
+    real = np.array([e.origin == ORIGIN_THREAD for e in examples])
+    asked = np.array([e.asked for e in examples])
+    cv = cross_validate(cfg, seed, texts, y, groups, ood_fields, progress, real, asked)
     classes, scores, threshold, class_thr = cv.classes, cv.scores, cv.threshold, cv.class_thresholds
     progress(f"abstain threshold {threshold:.2f}, per class {class_thr}")
     progress(
@@ -163,7 +165,18 @@ def train(
         },
         "data": {
             "dir": str(data_dir),
-            "files": sorted(p.name for p in Path(data_dir).glob("*.jsonl")),
+            "files": sorted(
+                str(p.relative_to(data_dir))
+                for p in [
+                    *Path(data_dir).glob("*.jsonl"),
+                    *Path(data_dir).glob("real_threads/*.jsonl"),
+                ]
+            ),
+            "raw_by_origin": dict(sorted(Counter(e.origin for e in raw).items())),
+            "examples_by_origin": dict(sorted(Counter(e.origin for e in examples).items())),
+            "ood_by_origin": dict(sorted(Counter(e.origin for e in ood_raw).items())),
+            "max_generated_per_family": cfg.get("max_generated_per_family"),
+            "threads": len({e.family for e in examples if e.origin == ORIGIN_THREAD}),
             "labelled_raw": len(raw),
             "examples": len(examples),
             "groups": int(len(set(groups.tolist()))),

@@ -37,6 +37,8 @@ MODEL_CONFIG: dict[str, Any] = {
     "calibration_folds": 5,
     "test_folds": 5,
     "max_per_family": 60,
+    # generated variations of one wording kept (augmentation of the real lines, #19)
+    "max_generated_per_family": 6,
 }
 
 

@@ -34,6 +34,7 @@ def choose_thresholds(
     proba: np.ndarray,
     y_true: Sequence[str],
     ood_proba: np.ndarray | None,
+    asked: np.ndarray | None = None,
 ) -> tuple[float, dict[str, float], dict[str, Any]]:
     """Abstain thresholds from out-of-fold (validation) probabilities.
 
@@ -43,18 +44,24 @@ def choose_thresholds(
     confidence, and (``OOD_REFUSE``, ``OOD_REFUSE_HEALTHY``) so that most out-of-taxonomy
     text landing on the class is refused. Then a global floor (applies to every class,
     ``healthy`` included): the best validation macro-F1 (abstentions count as errors) plus
-    ``OOD_BONUS`` x the share of out-of-taxonomy text refused; the lowest on ties."""
+    ``OOD_BONUS`` x the share of out-of-taxonomy text refused; the lowest on ties.
+
+    ``asked`` marks the healthy lines the classifier would ask the model about (error-looking,
+    :func:`service.classify.findings.error_like`); only those raise a class's threshold, since
+    a benign INFO line never reaches the model."""
     y = list(y_true)
     best = proba.argmax(axis=1)
     top = proba[np.arange(len(best)), best]
-    n_healthy = sum(1 for t in y if t == HEALTHY)
+    if asked is None:
+        asked = np.ones(len(y), dtype=bool)
+    n_healthy = sum(1 for i, t in enumerate(y) if t == HEALTHY and asked[i])
     allowed = int(n_healthy * MAX_HEALTHY_FALSE_ALARM_RATE)
     # healthy lines mistaken for each class, most confident first
     wrong: list[tuple[float, str]] = sorted(
         (
             (float(top[i]), classes[b])
             for i, b in enumerate(best)
-            if y[i] == HEALTHY and classes[b] != HEALTHY
+            if y[i] == HEALTHY and classes[b] != HEALTHY and asked[i]
         ),
         reverse=True,
     )
