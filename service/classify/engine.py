@@ -105,6 +105,9 @@ class Classifier:
 
     # ---- feeding -------------------------------------------------------------------
     def feed(self, rec: LogRecord) -> list[Change]:
+        """Classify one record. Its text is redacted first, in place
+        (:mod:`.redaction`): nothing after this door sees a secret the patterns know."""
+        rec.text = self.rules.redactor.redact(rec.text, rec.stream)
         if "kube" in rec.meta:  # Kubernetes events / pod status (rec.stream may be re-keyed)
             return self._feed_kube(rec)
         st, changes = self.open_stream(rec.stream, rec.meta, rec.time)
@@ -119,9 +122,13 @@ class Classifier:
                 # a new container of the same pod (kubelet restarted it): a new run
                 self._new_run(st, changes, rec.time)
             merge_meta(st, meta, self.rules.cuda)
-        return changes + self.feed_text(st, rec.text, rec.time)
+        return changes + self._feed_text(st, rec.text, rec.time)
 
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
+        """Classify one plain line of stream ``st`` (redacted first, as :meth:`feed` does)."""
+        return self._feed_text(st, self.rules.redactor.redact(text, st.key), time)
+
+    def _feed_text(self, st: StreamState, text: str, time: float | None) -> list[Change]:
         self._prev_time = st.last_time
         changes = self._feed_line(st, text, time)
         if st.extra.get("pending"):
