@@ -117,12 +117,18 @@ class Redactor:
         if self._usable:
             self._auto.make_automaton()
 
-    def wanted(self, text: str) -> list[int]:
+    def wanted(self, text: str) -> list[int] | tuple[int, ...]:
         """Indices of the patterns worth trying on ``text``, in order."""
+        if not self._usable:
+            return self._always
+        hits = self._auto.iter(text.lower())
+        first = next(hits, None)
+        if first is None:  # the common case: one scan, nothing to try
+            return self._always
         picked = set(self._always)
-        if self._usable:
-            for _, idx in self._auto.iter(text.lower()):
-                picked.update(idx)
+        picked.update(first[1])
+        for _, idx in hits:
+            picked.update(idx)
         return sorted(picked)
 
     def redact(self, text: str, stream: str | None = None, *, counted: bool = True) -> str:
