@@ -190,3 +190,14 @@ def test_a_quarantined_record_keeps_no_secret(tmp_path: Path) -> None:
         assert leaked(json.dumps(row)) == []
     finally:
         close_context(ctx)
+
+
+def test_rules_test_runs_a_team_s_redaction_examples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = team_dir(tmp_path / "good", [INTERNAL])
+    assert main(["rules", "test", str(good)]) == 0
+    assert "redaction patterns" in capsys.readouterr().out
+    broken = {**INTERNAL, "examples": {**INTERNAL["examples"], "no_match": ["acme_zzzzzzzzzzzzzz"]}}  # type: ignore[dict-item]
+    assert main(["rules", "test", str(team_dir(tmp_path / "bad", [broken]))]) != 0
+    assert "changes its no_match example" in capsys.readouterr().err
