@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import uvicorn
 from fastapi import FastAPI
 
-from service import ui
+from service import ratelog, ui
 from service.api.app import create_app
 from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
@@ -120,6 +120,7 @@ def build(settings: Settings) -> Service:
     )
     store.migrate()
     rulebook = rulebook_for(settings)
+    ratelog.redact_details_with(rulebook.redactor.redact)  # rejected input is logged masked
     model = load_text_model() if settings.use_model else None
     classifier = Classifier(
         rulebook,

@@ -185,11 +185,24 @@ def install_reject_filter(logger: logging.Logger | None = None) -> None:
         target.addFilter(RejectLogFilter(REJECTS_LOG))
 
 
+_redact: Callable[[str], str] | None = None
+
+
+def redact_details_with(redact: Callable[[str], str] | None) -> None:
+    """Mask secrets in every logged reject's ``detail`` with ``redact`` (the service and the
+    CLI install their rule book's redactor, :mod:`service.classify.redaction`)."""
+    global _redact
+    _redact = redact
+
+
 def reject(source: str, reason: str, detail: Any = "") -> None:
     """Count one rejected input (``sentinel_rejects_total``) and log it at a bounded rate,
-    with at most :data:`MAX_CHARS` characters of ``detail``; never raises."""
+    with at most :data:`MAX_CHARS` characters of ``detail`` (redacted first when a redactor
+    is installed); never raises."""
     metrics.REJECTS.labels(source=source, reason=reason).inc()
     with contextlib.suppress(Exception):  # logging must never break ingest
+        if _redact is not None and detail != "":
+            detail = _redact(str(detail)[: 2 * MAX_CHARS])
         REJECTS_LOG.warning(
             (source, reason), "rejected input from %s: %s %s", source, reason, detail
         )

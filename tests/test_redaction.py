@@ -6,6 +6,7 @@ dashboard, in the quarantine. The real service and its pages: tests/test_e2e_red
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import yaml
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, inspect, text
 
-from service import metrics
+from service import metrics, ratelog
 from service.app import web_app
 from service.classify.engine import Classifier
 from service.classify.redaction import Redactor, load_redactor
@@ -201,3 +202,15 @@ def test_rules_test_runs_a_team_s_redaction_examples(
     broken = {**INTERNAL, "examples": {**INTERNAL["examples"], "no_match": ["acme_zzzzzzzzzzzzzz"]}}  # type: ignore[dict-item]
     assert main(["rules", "test", str(team_dir(tmp_path / "bad", [broken]))]) != 0
     assert "changes its no_match example" in capsys.readouterr().err
+
+
+def test_a_rejected_line_is_logged_masked(caplog: pytest.LogCaptureFixture) -> None:
+    ratelog.REJECTS_LOG.limiter._keys.clear()
+    ratelog.redact_details_with(load_redactor(RULES_DIR).redact)
+    try:
+        with caplog.at_level(logging.WARNING, logger="vllm_sentinel.rejects"):
+            ratelog.reject("test", "bad_cri", f"garbage ?token={SECRETS[1]} \udcff")
+    finally:
+        ratelog.redact_details_with(None)
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "vllm_sentinel.rejects"]
+    assert "token=<REDACTED>" in line and leaked(line) == []
