@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from sqlalchemy import create_engine, inspect, text
 from service import metrics, ratelog
 from service.app import web_app
 from service.classify.engine import Classifier
-from service.classify.redaction import Redactor, load_redactor
+from service.classify.redaction import Blocks, Redactor, load_redactor
 from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR
@@ -75,12 +76,18 @@ def test_redactions_are_counted_per_pattern_and_never_twice() -> None:
 
 def test_a_key_printed_over_several_lines_is_redacted_to_its_end_in_its_own_stream() -> None:
     r = load_redactor(RULES_DIR)
+    blocks: Blocks = OrderedDict()
     body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw"
-    assert r.redact("-----BEGIN RSA PRIVATE KEY-----", "a") == "-----BEGIN RSA PRIVATE KEY-----"
-    assert r.redact(body, "b") == body  # another stream is not in the block
-    assert r.redact(body, "a") == "<REDACTED>"
-    assert r.redact("-----END RSA PRIVATE KEY-----", "a").endswith("-----END RSA PRIVATE KEY-----")
-    assert r.redact("INFO next line", "a") == "INFO next line"  # the block closed
+    assert (
+        r.redact("-----BEGIN RSA PRIVATE KEY-----", "a", blocks)
+        == "-----BEGIN RSA PRIVATE KEY-----"
+    )
+    assert r.redact(body, "b", blocks) == body  # another stream is not in the block
+    assert r.redact(body, "a", blocks) == "<REDACTED>"
+    assert r.redact("-----END RSA PRIVATE KEY-----", "a", blocks).endswith(
+        "-----END RSA PRIVATE KEY-----"
+    )
+    assert r.redact("INFO next line", "a", blocks) == "INFO next line"  # the block closed
 
 
 def team_dir(tmp_path: Path, patterns: list[dict[str, object]]) -> Path:
@@ -214,3 +221,28 @@ def test_a_rejected_line_is_logged_masked(caplog: pytest.LogCaptureFixture) -> N
         ratelog.redact_details_with(None)
     (line,) = [r.getMessage() for r in caplog.records if r.name == "vllm_sentinel.rejects"]
     assert "token=<REDACTED>" in line and leaked(line) == []
+
+
+PEM = [
+    "-----BEGIN PRIVATE KEY-----",
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj",
+    "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu",
+    "-----END PRIVATE KEY-----",
+]
+
+
+def test_the_classifier_masks_a_multi_line_key_per_stream_and_a_paste_too() -> None:
+    clf = Classifier(RuleBook())
+    recs = [LogRecord("a", line) for line in PEM] + [LogRecord("b", PEM[1])]
+    for rec in recs:
+        clf.feed(rec)
+    assert [r.text for r in recs] == [
+        PEM[0],
+        "<REDACTED>",
+        "<REDACTED>",
+        "<REDACTED>" + PEM[3],
+        PEM[1],  # stream b never opened a key
+    ]
+    shown = SHIPPED.redact_lines("\n".join(["INFO x", *PEM, "INFO y"]))
+    assert PEM[1] not in shown and PEM[2] not in shown
+    assert shown.startswith("INFO x\n") and shown.endswith("\nINFO y")

@@ -25,6 +25,7 @@ from service import metrics
 REDACTION_FILE = "redaction.yaml"
 MAX_OPEN_BLOCKS = 4096  # streams with a multi-line secret open at once (the oldest goes)
 SECRET_GROUP = "secret"
+Blocks = OrderedDict[str, int]  # stream → index of the pattern whose multi-line secret is open
 
 
 class SecretExample(BaseModel):
@@ -104,7 +105,6 @@ class Redactor:
             )
             for p in self.patterns
         ]
-        self._open: OrderedDict[str, int] = OrderedDict()  # stream → pattern of its block
         self._always = tuple(i for i, p in enumerate(self.patterns) if not p.literals)
         self._auto = ahocorasick.Automaton()
         by_literal: dict[str, list[int]] = {}
@@ -131,12 +131,21 @@ class Redactor:
             picked.update(idx)
         return sorted(picked)
 
-    def redact(self, text: str, stream: str | None = None, *, counted: bool = True) -> str:
+    def redact(
+        self,
+        text: str,
+        stream: str | None = None,
+        blocks: Blocks | None = None,
+        *,
+        counted: bool = True,
+    ) -> str:
         """``text`` with every secret the patterns find replaced (counted per pattern in
-        ``sentinel_redactions_total`` unless ``counted`` is False). ``stream``: the line's
-        stream, for patterns whose secret spans lines (``block_end``)."""
-        if stream is not None and self._open and stream in self._open:
-            return self._in_block(text, stream, counted)
+        ``sentinel_redactions_total`` unless ``counted`` is False). ``stream`` and
+        ``blocks`` (the caller's, e.g. a classifier's: stream → the pattern whose block is
+        open): for patterns whose secret spans lines (``block_end``). The redactor itself
+        holds no state, so threads may share it."""
+        if stream is not None and blocks and stream in blocks:
+            return self._in_block(text, stream, blocks, counted)
         if not text:
             return text
         for i in self.wanted(text):
@@ -164,24 +173,31 @@ class Redactor:
                 metrics.REDACTIONS.labels(pattern=c.name).inc(count)
             if (
                 stream is not None
+                and blocks is not None
                 and c.end is not None
                 and c.rx.search(before) is not None
                 and not c.end.search(text)
             ):
-                self._open[stream] = i
-                if len(self._open) > MAX_OPEN_BLOCKS:
-                    self._open.popitem(last=False)
+                blocks[stream] = i
+                if len(blocks) > MAX_OPEN_BLOCKS:
+                    blocks.popitem(last=False)
         return text
 
-    def _in_block(self, text: str, stream: str, counted: bool) -> str:
+    def redact_lines(self, text: str) -> str:
+        """A whole text (a pasted log) redacted line by line, a key over several lines
+        included; not counted (the lines are counted when they are classified)."""
+        blocks: Blocks = OrderedDict()
+        return "\n".join(self.redact(ln, "text", blocks, counted=False) for ln in text.split("\n"))
+
+    def _in_block(self, text: str, stream: str, blocks: Blocks, counted: bool) -> str:
         """A line inside an open block: replaced whole, or up to the block's end marker."""
-        c = self._compiled[self._open[stream]]
+        c = self._compiled[blocks[stream]]
         if counted:
             metrics.REDACTIONS.labels(pattern=c.name).inc()
         end = c.end.search(text) if c.end is not None else None
         if end is None:
             return c.replace
-        del self._open[stream]
+        del blocks[stream]
         return c.replace + text[end.start() :]
 
     def check_examples(self, names: Iterable[str] | None = None) -> list[str]:
