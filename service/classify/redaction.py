@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from service import metrics
 
 REDACTION_FILE = "redaction.yaml"
+LINE_CAP = 8192  # characters of a line kept past the door (the parser's and the store's cap)
 MAX_OPEN_BLOCKS = 4096  # streams with a multi-line secret open at once (the oldest goes)
 SECRET_GROUP = "secret"
 Blocks = OrderedDict[str, int]  # stream → index of the pattern whose multi-line secret is open
@@ -144,6 +145,8 @@ class Redactor:
         ``blocks`` (the caller's, e.g. a classifier's: stream → the pattern whose block is
         open): for patterns whose secret spans lines (``block_end``). The redactor itself
         holds no state, so threads may share it."""
+        if len(text) > LINE_CAP:  # the parser reads no more, the store keeps no more
+            text = text[: LINE_CAP - 1] + "…"
         if stream is not None and blocks and stream in blocks:
             return self._in_block(text, stream, blocks, counted)
         if not text:
