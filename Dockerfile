@@ -40,7 +40,7 @@ RUN pip install /tmp/dist/vllm_sentinel-*.whl \
 # Inside a container the API must bind beyond loopback; it then refuses to start without
 # SENTINEL_API__TOKEN (or SENTINEL_ALLOW_UNAUTHENTICATED=1). The forward port is not opened
 # here: setting its host in the environment would also re-enable it where a config file
-# turns it off (sources.forward: null, as in deploy/kubernetes). SQLite is the
+# turns it off (sources.forward: null, as in deploy/kubernetes/overlays/replicated). SQLite is the
 # single-replica default; several replicas need SENTINEL_STORE__URL=postgresql://...
 ENV SENTINEL_API__HOST=0.0.0.0 \
     SENTINEL_API__PORT=8080 \

@@ -22,6 +22,12 @@ from fastapi import FastAPI
 
 from service import ratelog, ui
 from service.api.app import create_app
+from service.api.connections import (
+    RESERVED_FDS,
+    ConnectionGuard,
+    descriptor_room,
+    guarded_protocol,
+)
 from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
 from service.classify.novelty import NoveltyDetector
@@ -182,9 +188,25 @@ async def run(svc: Service) -> None:
     # accept() out of descriptors: one bounded line, not one traceback per waiting connection
     asyncio.get_running_loop().set_exception_handler(loop_exception_handler)
     app = web_app(svc.ctx)
+    forward_fds = s.sources.forward.max_connections if s.sources.forward else 0
+    room = descriptor_room(RESERVED_FDS + forward_fds)
+    guard = ConnectionGuard(min(s.api.max_connections, room), s.api.header_timeout_s)
+    if guard.max_connections < s.api.max_connections:
+        log.warning(
+            "api.max_connections %d lowered to %d: the descriptor limit leaves no more",
+            s.api.max_connections,
+            guard.max_connections,
+        )
     server = _Server(
         uvicorn.Config(
-            app, host=s.api.host, port=s.api.port, log_level="info", access_log=False, lifespan="on"
+            app,
+            host=s.api.host,
+            port=s.api.port,
+            log_level="info",
+            access_log=False,
+            lifespan="on",
+            http=guarded_protocol(guard),
+            timeout_keep_alive=s.api.keep_alive_s,
         )
     )
     if svc.forward is not None:

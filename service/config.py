@@ -97,6 +97,23 @@ class ApiSettings(Section):
     token: str | None = None  # bearer token for writes and ingest; None = no auth (dev only)
     read_token: str | None = None  # optional bearer token for reads as well
     allow_unauthenticated: bool = False  # permit no token on a non-loopback host (not advised)
+    # listener bounds (SECURITY.md): open connections (past it the oldest idle one is
+    # closed; kept below the descriptor limit), requests at once (503 beyond; the probes
+    # always pass), seconds a connection may go without a request (slow or no headers),
+    # seconds an idle keep-alive connection is kept
+    max_connections: int = Field(1024, ge=16)
+    max_requests_in_flight: int = Field(64, ge=1)
+    header_timeout_s: float = Field(10.0, gt=0)
+    keep_alive_s: int = Field(5, ge=1)
+
+    @model_validator(mode="after")
+    def _room_for_probes(self) -> ApiSettings:
+        if self.max_connections < self.max_requests_in_flight + 8:
+            raise ValueError(
+                "max_connections must exceed max_requests_in_flight by at least 8 "
+                "(room for the probes when every request slot is busy)"
+            )
+        return self
 
     @field_validator("token", "read_token")
     @classmethod

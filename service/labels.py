@@ -31,6 +31,8 @@ FIELDS = frozenset(
 )
 LABEL = "label:"
 
+GLOB_CHARS = frozenset("*?[")
+
 
 def matches(labels: dict[str, str], matchers: dict[str, list[str]]) -> bool:
     for name, values in matchers.items():
@@ -55,3 +57,13 @@ def validate(matchers: Any) -> dict[str, list[str]]:
             raise ValueError(f"matcher {name!r} needs at least one value")
         out[name] = [str(v) for v in values]
     return out
+
+
+def pins_one_namespace(matchers: dict[str, list[str]]) -> bool:
+    """True when the matchers can only match inside one namespace: one exact
+    ``namespace``, ``stream`` (``namespace/pod/container``) or ``incident`` value."""
+    for key in ("namespace", "stream", "incident"):
+        values = matchers.get(key) or []
+        if len(values) == 1 and not GLOB_CHARS & set(values[0]):
+            return True
+    return False

@@ -276,7 +276,8 @@ class Pipeline:
         # the door redacts in place; a record that failed before it is redacted here, and
         # the error (which may quote the line) too: the log gets no traceback for that reason
         redact = self.classifier.rules.redactor.redact
-        text = redact(rec.text if isinstance(rec.text, str) else str(rec.text), counted=False)
+        raw = rec.text if isinstance(rec.text, str) else str(rec.text)
+        text = redact(raw, counted=False)  # (cut at the door's 8,192 characters)
         error = redact(str(exc)[:2000], counted=False)
         now = time.monotonic()
         if now - self._quarantine_logged >= QUARANTINE_LOG_EVERY_S:
@@ -296,7 +297,7 @@ class Pipeline:
             "reason": type(exc).__name__[:64],
             "error": error,
             "text": text[:QUARANTINE_TEXT_CAP],
-            "length": len(text),
+            "length": len(raw),
         }
 
     def _effects(

@@ -180,7 +180,7 @@ def test_without_any_token_everything_is_open_on_loopback(tmp_path: Path) -> Non
         with TestClient(web_app(ctx)) as c:
             r = c.post(
                 "/silences",
-                json={"matchers": {"pod": ["p"]}, "duration": "1h", "comment": "maintenance"},
+                json={"matchers": {"namespace": ["n"]}, "duration": "1h", "comment": "maintenance"},
             )
             assert r.status_code == 201
     finally:
@@ -396,6 +396,7 @@ def test_silence_lifecycle(fresh: TestClient) -> None:
         headers=WRITE,
         json={
             "matchers": {"pod": ["p-*"]},
+            "cluster_wide": True,
             "starts_at": time.time() + 3600,
             "ends_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 7200)),
             "comment": "tomorrow",

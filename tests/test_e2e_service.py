@@ -310,6 +310,13 @@ def test_unauthenticated_writes_are_refused(
     assert svc.incidents()[0]["status"] == "resolved"
     wait_until(lambda: db.settled() and len(receiver.accepted()) >= 2, 20, "the resolved page")
     assert [e for _, e, _ in accepted_events(receiver.requests)] == ["opened", "resolved"]
+    # a silence without a namespace is refused until cluster-wide is chosen; preview first
+    wide = {"json": {**silence["json"], "matchers": {"category": [inc["category"]]}}}
+    assert post("/silences", good, **wide) == 422
+    seen = svc.http.post("/silences/preview", json={"matchers": wide["json"]["matchers"]})
+    assert seen.status_code == 200 and seen.json()["cluster_wide"] is True
+    assert [i["id"] for i in seen.json()["recent"]] == [inc["id"]]
+    assert svc.http.get("/silences").json() == []
     assert post("/silences", good, **silence) == 201
     assert len(svc.http.get("/silences").json()) == 1
 

@@ -32,7 +32,7 @@ from tests.receiver import Receiver
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "deploy" / "prometheus" / "sentinel-rules.yaml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "sentinel-rules.test.yaml"
-KUBE = ROOT / "deploy" / "kubernetes"
+KUBE = ROOT / "deploy" / "kubernetes" / "components" / "monitoring"
 DASHBOARD = ROOT / "deploy" / "grafana" / "vllm-sentinel.json"
 METRIC = re.compile(r"\bsentinel_[a-z_]+\b")
 
@@ -111,7 +111,7 @@ def test_prometheusrule_carries_the_rule_file() -> None:
 
 def test_servicemonitor_scrapes_the_service_port() -> None:
     sm = yaml.safe_load((KUBE / "servicemonitor.yaml").read_text())
-    svc = yaml.safe_load((KUBE / "service.yaml").read_text())
+    svc = yaml.safe_load((KUBE.parents[1] / "base" / "service.yaml").read_text())
     assert sm["kind"] == "ServiceMonitor"
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
     ports = {p["name"] for p in svc["spec"]["ports"]}

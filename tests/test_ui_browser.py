@@ -271,16 +271,22 @@ def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
     expect(page.locator("#value-namespace")).to_have_value("llm-silence")
     expect(page.locator("#use-node")).not_to_be_checked()
     page.fill("#comment", "KV cache sizing change rolling out")
-    page.click("form.silence-form button[type=submit]")
+    page.click("#create-silence")
     # writing needs the token: the login form, then back to the silence form
     assert "/ui/login" in page.url and "why=write" in page.url
     sign_in(page)
     assert "/ui/silences?incident=" in page.url
     cookie = next(c for c in page.context.cookies() if c["name"] == "sentinel_token")
     assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Lax"
+    # preview first: what it hides, in this namespace only
+    page.click("#preview-silence")
+    expect(page.locator("#silence-preview")).to_contain_text("oom_kv_cache")
+    expect(page.locator(f"#silence-preview a[href$='{first['id']}']")).to_have_count(1)
+    expect(page.locator("#silence-preview")).not_to_contain_text("every namespace")
+    expect(page.locator("#value-namespace")).to_have_value("llm-silence")
     page.fill("#comment", "KV cache sizing change rolling out")
     page.fill("#created_by", "on-call")
-    page.click("form.silence-form button[type=submit]")
+    page.click("#create-silence")
     expect(page.locator("p.notice")).to_contain_text("Silence created")
     row = page.locator("#active-silences tbody tr")
     expect(row).to_have_count(1)
@@ -459,3 +465,72 @@ def test_no_serious_accessibility_violation_on_any_page(env: Env, browser: Brows
     serious = {p: vs for p, vs in serious.items() if vs}
     assert not serious, json.dumps(serious, indent=1)
     print("axe:", {p: [v["id"] for v in vs] for p, vs in found.items()})
+
+
+# ---- phone and dark mode --------------------------------------------------------------------
+def _luminance(css: str) -> float:
+    """WCAG relative luminance of an ``rgb(r, g, b)`` / ``rgba(...)`` colour."""
+    r, g, b = (int(float(v)) / 255 for v in css[css.index("(") + 1 : -1].split(",")[:3])
+
+    def lin(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    return 0.2126 * lin(r) + 0.7152 * lin(g) + 0.0722 * lin(b)
+
+
+def _contrast(a: str, b: str) -> float:
+    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_on_a_phone_the_first_incident_is_on_the_first_screen(env: Env, browser: Browser) -> None:
+    ctx = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True)
+    page = ctx.new_page()
+    try:
+        page.goto(env.base + "/ui/incidents")
+        first = page.locator("tr.inc").first
+        box = first.bounding_box()
+        assert box is not None and box["y"] + min(box["height"], 40) <= 844, box
+        # the filters are still there, below, and the heading's link jumps to them
+        expect(page.locator("a.jump-filters")).to_be_visible()
+        filters = page.locator("#filters").bounding_box()
+        assert filters is not None and filters["y"] > box["y"]
+        page.click("a.jump-filters")
+        expect(page.locator("#f-tier")).to_be_in_viewport()
+    finally:
+        ctx.close()
+    # a laptop keeps the filters above the list, and no jump link
+    ctx = browser.new_context(viewport=VIEWPORT)
+    page = ctx.new_page()
+    try:
+        page.goto(env.base + "/ui/incidents")
+        expect(page.locator("a.jump-filters")).to_be_hidden()
+        filters = page.locator("#filters").bounding_box()
+        row = page.locator("tr.inc").first.bounding_box()
+        assert filters is not None and row is not None and filters["y"] < row["y"]
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("scheme", ["dark", "light"])
+def test_dark_mode_follows_the_system_and_keeps_text_readable(
+    env: Env, browser: Browser, scheme: str
+) -> None:
+    ctx = browser.new_context(viewport=VIEWPORT, color_scheme=scheme)  # type: ignore[arg-type]
+    page = ctx.new_page()
+    try:
+        page.goto(env.base + "/ui/incidents")
+        bg = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+        fg = page.evaluate("getComputedStyle(document.body).color")
+        assert (_luminance(bg) < 0.05) is (scheme == "dark"), bg
+        assert _contrast(fg, bg) >= 4.5
+        link = page.locator("main a").first
+        assert _contrast(link.evaluate("e => getComputedStyle(e).color"), bg) >= 4.5
+        card_bg = page.evaluate(
+            "getComputedStyle(document.querySelector('table.data') || document.body)"
+            ".backgroundColor"
+        )
+        if card_bg not in ("rgba(0, 0, 0, 0)", "transparent"):
+            assert (_luminance(card_bg) < 0.05) is (scheme == "dark"), card_bg
+    finally:
+        ctx.close()

@@ -19,6 +19,7 @@ from prometheus_client import Counter
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service import metrics
+from service.api.connections import InFlightLimit
 from service.api.routers import (
     classify,
     feedback,
@@ -125,4 +126,5 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         return JSONResponse({"detail": "internal error"}, status_code=500)
 
     app.add_middleware(_CountRequests)
+    app.add_middleware(InFlightLimit, limit=ctx.settings.api.max_requests_in_flight)
     return app

@@ -207,6 +207,12 @@ class SilenceRequest(_Strict):
     starts_at: float | str | None = Field(None, description="default: now")
     created_by: str = Field("api", min_length=1, max_length=200)
     comment: str = Field(..., min_length=1, max_length=2000, description="why it is silenced")
+    cluster_wide: bool = Field(
+        False,
+        description="must be true when the matchers do not pin one namespace (one exact "
+        "namespace, stream or incident): the silence then mutes matching incidents in every "
+        "namespace. POST /silences/preview shows what it would hide.",
+    )
 
     @field_validator("matchers")
     @classmethod
@@ -234,6 +240,17 @@ class SilenceRequest(_Strict):
         self.duration = None
         return self
 
+    @model_validator(mode="after")
+    def _scope(self) -> SilenceRequest:
+        matchers = cast(dict[str, list[str]], self.matchers)
+        if not self.cluster_wide and not labels.pins_one_namespace(matchers):
+            raise ValueError(
+                "these matchers reach incidents in every namespace: add one namespace "
+                "(or stream / incident), or set cluster_wide to mute them cluster-wide "
+                "(POST /silences/preview shows what it would hide)"
+            )
+        return self
+
     def resolved(self) -> NewSilence:
         """The silence in the store's terms, as validation left it: every matcher value a
         list, ``ends_at`` (and ``starts_at`` when given) epoch seconds."""
@@ -255,6 +272,44 @@ class NewSilence:
     starts_at: float | None
     created_by: str
     comment: str
+
+
+class SilencePreviewRequest(_Strict):
+    """Matchers of a silence not yet made (as in :class:`SilenceRequest`)."""
+
+    matchers: dict[str, list[str] | str] = Field(..., examples=[{"category": ["oom_kv_cache"]}])
+
+    @field_validator("matchers")
+    @classmethod
+    def _matchers(cls, v: dict[str, list[str] | str]) -> dict[str, list[str]]:
+        return validate_matchers(v)
+
+
+class PreviewItem(_Open):
+    id: str
+    stream: str
+    namespace: str | None = None
+    pod: str | None = None
+    status: str
+    tier: str
+    category: str
+    opened_at: float | None = None
+
+
+class SilencePreviewOut(_Open):
+    """What the silence would hide now: open incidents, the last day's incidents (up to
+    100 of each listed, all counted), the namespaces they are in (``""``: none), and
+    whether it needs ``cluster_wide`` (it does not pin one namespace)."""
+
+    open_count: int
+    recent_count: int
+    open: list[PreviewItem]
+    recent: list[PreviewItem]
+    namespaces: list[str]
+    cluster_wide: bool
+    truncated: bool = Field(
+        ..., description="more incidents than were read: counts are lower bounds"
+    )
 
 
 class Silence(_Open):

@@ -15,12 +15,51 @@ import msgpack
 from service.ingest.timestamps import ext_hook
 
 MAX_ENTRIES = 1 << 20  # array/map headers larger than this are rejected before allocation
+# what one :func:`unpack_all` call may build: maps and arrays, and the entries in them (an
+# empty map is 1 byte packed and about 64 parsed; 100,000 Fluent Bit records with their
+# Kubernetes metadata hold about 600,000 and 3,000,000)
+MAX_CONTAINERS = 1_000_000
+MAX_CONTAINER_ENTRIES = 8_000_000
 
 
-def new_unpacker(max_bytes: int) -> msgpack.Unpacker:
+class TooComplex(ValueError):
+    """The data holds more maps and arrays (or entries in them) than one call may build."""
+
+
+class BuildCounter:
+    """Maps and arrays (and their entries) an unpacker has built; its hooks raise
+    :class:`TooComplex` past :data:`MAX_CONTAINERS` / :data:`MAX_CONTAINER_ENTRIES`."""
+
+    __slots__ = ("containers", "entries")
+
+    def __init__(self) -> None:
+        self.containers = 0
+        self.entries = 0
+
+    def reset(self) -> None:
+        """Start counting the next message."""
+        self.containers = self.entries = 0
+
+    def count(self, obj: Any) -> Any:
+        self.containers += 1
+        self.entries += len(obj)
+        if self.containers > MAX_CONTAINERS or self.entries > MAX_CONTAINER_ENTRIES:
+            raise TooComplex(
+                f"more than {MAX_CONTAINERS} maps and arrays or "
+                f"{MAX_CONTAINER_ENTRIES} entries in them"
+            )
+        return obj
+
+    def hooks(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`new_unpacker`."""
+        return {"object_hook": self.count, "list_hook": self.count}
+
+
+def new_unpacker(max_bytes: int, **hooks: Any) -> msgpack.Unpacker:
     """Streaming unpacker for untrusted input: bounded buffer and container sizes, str kept
     lossless (undecodable bytes as surrogates), EventTime decoded to epoch floats."""
     return msgpack.Unpacker(
+        **hooks,
         raw=False,
         unicode_errors="surrogateescape",
         strict_map_key=False,
@@ -33,8 +72,10 @@ def new_unpacker(max_bytes: int) -> msgpack.Unpacker:
 
 def unpack_all(data: bytes | bytearray) -> Iterator[Any]:
     """Every object of a concatenated msgpack stream; raises on malformed or truncated data
-    (``ValueError`` for a truncated tail)."""
-    unpacker = new_unpacker(max(len(data), 1))
+    (``ValueError`` for a truncated tail), :class:`TooComplex` past :data:`MAX_CONTAINERS`
+    maps and arrays or :data:`MAX_CONTAINER_ENTRIES` entries in them, counted as each is built."""
+    built = BuildCounter()
+    unpacker = new_unpacker(max(len(data), 1), **built.hooks())
     unpacker.feed(data)
     end = 0
     for obj in unpacker:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from service.classify.incident_json import IncidentBody
 from service.config import ReceiverSettings
 from service.labels import LABEL, matches, validate
+from service.store.views import IncidentView
 
 
 def incident_labels(body: IncidentBody) -> dict[str, str]:
@@ -28,10 +29,32 @@ def incident_labels(body: IncidentBody) -> dict[str, str]:
         "stream": body.get("stream"),
         "incident": body.get("id"),
     }
+    return _matchable(view, meta.get("labels"))
+
+
+def view_labels(row: IncidentView) -> dict[str, str]:
+    """:func:`incident_labels` of a stored incident row (what the API lists)."""
+    meta = row.get("meta") or {}
+    view = {
+        "tier": row.get("tier"),
+        "category": row.get("category"),
+        "stage": row.get("stage"),
+        "severity": row.get("severity"),
+        "status": row.get("status"),
+        "namespace": row.get("namespace") or meta.get("namespace"),
+        "pod": row.get("pod") or meta.get("pod"),
+        "node": row.get("node") or meta.get("node"),
+        "container": meta.get("container"),
+        "stream": row.get("stream"),
+        "incident": row.get("id"),
+    }
+    return _matchable(view, meta.get("labels"))
+
+
+def _matchable(view: dict[str, object], pod_labels: object) -> dict[str, str]:
     out = {k: str(v) for k, v in view.items() if v not in (None, "")}
-    labels = meta.get("labels")
-    if isinstance(labels, dict):
-        for k, v in labels.items():
+    if isinstance(pod_labels, dict):
+        for k, v in pod_labels.items():
             out[LABEL + str(k)] = str(v)
     return out
 

@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
 from service.api.timespec import parse_duration, parse_instant
+from service.notify.silences import silencing
 from service.store.views import DeliveryView
 from service.taxonomy import CATEGORIES, CATEGORY_TIER, STAGES, TIERS
 from service.ui import data, present
@@ -131,6 +132,7 @@ def incident_list(request: Request) -> Response:
             db, filters, since=times.since_t, until=times.until_t, limit=PAGE_SIZE, cursor=None
         )
     counts = data.incident_counts(db, filters, since=times.since_t, until=times.until_t)
+    silenced = silencing(db.list_silences(active_only=True), items, time.time())
     active = {k: v for k, v in filters.items() if v}
     query = {**active, **times.query()}
     if request.query_params.get("poll"):
@@ -142,6 +144,7 @@ def incident_list(request: Request) -> Response:
         nav="incidents",
         title="Incidents",
         items=items,
+        silenced=silenced,
         next_cursor=nxt,
         counts=counts,
         filters=filters,
@@ -210,6 +213,9 @@ def incident_page(request: Request, incident_id: str) -> Response:
         silence=present.silence_candidates(inc),
         durations=present.DURATIONS,
         members=inc.get("members") or [],
+        silenced_by=silencing(db.list_silences(active_only=True), [inc], time.time()).get(
+            inc["id"]
+        ),
     )
 
 

@@ -28,7 +28,7 @@ import msgpack
 from prometheus_client import Counter, Gauge
 
 from service import metrics
-from service.ingest.msgpack_events import new_unpacker
+from service.ingest.msgpack_events import BuildCounter, new_unpacker
 from service.ratelog import RateLimitedLog, reject
 from service.records import LogRecord
 from service.sources.forward.handshake import Handshake
@@ -124,8 +124,9 @@ class Connection:
         writer = self.writer
         decoder = self.decoder
         peer = writer.get_extra_info("peername")
-        unpacker = new_unpacker(decoder.max_message_bytes)
-        frames = Frames()
+        built = BuildCounter()  # a message of millions of empty maps is refused as it is built
+        unpacker = new_unpacker(decoder.max_message_bytes, **built.hooks())
+        frames = Frames(built)
         try:
             if self.settings.shared_key is not None and not await self._handshake(unpacker, frames):
                 return

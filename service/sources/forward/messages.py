@@ -29,7 +29,7 @@ import msgpack
 from service.ingest.budget import BudgetExhausted, Lease, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record
-from service.ingest.msgpack_events import split_event, to_bytes, unpack_all
+from service.ingest.msgpack_events import BuildCounter, split_event, to_bytes, unpack_all
 from service.ratelog import brief, reject
 from service.records import LogRecord
 from service.sources.limits import MAX_RECORDS, MAX_TAG
@@ -50,12 +50,13 @@ class Frames:
     """Per-connection byte accounting: fed in total, consumed up to the end of the last
     complete message, and the unfinished remainder charged to the server's budget."""
 
-    __slots__ = ("fed", "boundary", "pending")
+    __slots__ = ("built", "fed", "boundary", "pending")
 
-    def __init__(self) -> None:
+    def __init__(self, built: BuildCounter | None = None) -> None:
         self.fed = 0
         self.boundary = 0
         self.pending = 0
+        self.built = built  # what the unpacker built of the message being read
 
 
 class Batch(NamedTuple):
@@ -99,6 +100,8 @@ class ForwardDecoder:
         for message in unpacker:
             if frames is not None:
                 frames.boundary = unpacker.tell()
+                if frames.built is not None:
+                    frames.built.reset()
             yield message
 
     def drain(

@@ -42,11 +42,11 @@ from service.ingest.budget import BudgetExhausted, Lease, MiB, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record, decode_text
 from service.ingest.fluent_record import has_line
-from service.ingest.msgpack_events import split_event, unpack_all
+from service.ingest.msgpack_events import TooComplex, split_event, unpack_all
 from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
-from service.sources.limits import MAX_RECORDS, MAX_TAG
+from service.sources.limits import MAX_CONTAINERS, MAX_RECORDS, MAX_TAG
 
 TAG_HEADER = "X-Fluent-Tag"
 MAX_DECOMPRESSED_BYTES = 64 * MiB  # one body, once inflated
@@ -264,9 +264,23 @@ def _structured(
     cap = _Cap(max_records, source)
     if kind == "msgpack":
         return _msgpack(body, tag, stream, source, max_line, cap)
+    check_containers(body, source)
     text = decode_bytes(body, source)
     del body
     return _json(text, tag, stream, source, max_line, cap)
+
+
+def check_containers(body: bytes | bytearray, source: str) -> None:
+    """Refuse (413, counted) a JSON body that may hold more than :data:`MAX_CONTAINERS`
+    objects and arrays, before any is built."""
+    count = body.count(b"{") + body.count(b"[")
+    if count > MAX_CONTAINERS:
+        raise _refuse(
+            source,
+            413,
+            "too_complex",
+            f"JSON body of {count} objects and arrays (at most {MAX_CONTAINERS})",
+        )
 
 
 def _inflate(body: bytes | bytearray, lease: Lease, source: str) -> bytearray:
@@ -283,11 +297,14 @@ def _inflate(body: bytes | bytearray, lease: Lease, source: str) -> bytearray:
 
 
 class _Cap:
-    """At most ``limit`` records per body (413 beyond, counted once)."""
+    """At most ``limit`` records per body, and as many units (JSON values, msgpack objects,
+    lines) read, accepted or not, so a body of junk stops as early as one of records
+    (413 beyond, counted once)."""
 
     def __init__(self, limit: int, source: str) -> None:
         self.limit = limit
         self.source = source
+        self.units = 0
 
     def check(self, count: int) -> None:
         if count > self.limit:
@@ -297,6 +314,11 @@ class _Cap:
                 "too_many_records",
                 f"body expands to more than {self.limit} records",
             )
+
+    def unit(self) -> None:
+        """One more unit read; refuse the body past ``limit`` of them."""
+        self.units += 1
+        self.check(self.units)
 
     def lines(self, text: str) -> None:
         """Refuse a text body with too many lines before splitting it."""
@@ -327,10 +349,13 @@ def _msgpack(
     rejected = 0
     try:
         for obj in unpack_all(body):
+            cap.unit()
             rejected += _event(obj, tag, stream, source, max_line, records)
             cap.check(len(records))
     except BodyRefused:
         raise
+    except TooComplex as exc:
+        raise _refuse(source, 413, "too_complex", f"msgpack body: {exc}") from None
     except Exception as exc:  # malformed or truncated stream: keep what came before
         reject(source, "bad_msgpack", str(exc))
         rejected += 1
@@ -365,6 +390,7 @@ def _json(
                     continue
                 while True:
                     at = i
+                    cap.unit()
                     obj, i = _SCAN_JSON(text, i)
                     rejected += _event(obj, tag, stream, source, max_line, records)
                     cap.check(len(records))
@@ -378,6 +404,7 @@ def _json(
                     at = i
                     raise ValueError("expected ',' or ']' in a JSON array")
             else:
+                cap.unit()
                 obj, i = _SCAN_JSON(text, i)
                 rejected += _event(obj, tag, stream, source, max_line, records)
                 cap.check(len(records))

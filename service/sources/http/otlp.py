@@ -33,12 +33,13 @@ from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record
 from service.ingest.fluent_record import stream_key
 from service.ingest.json_text import parse_json
+from service.ingest.otlp_scan import ScanLimit, scan_export
 from service.ingest.runtime_paths import path_meta
 from service.ingest.salvage import clean_text
 from service.ratelog import brief, clip, reject
 from service.records import LogRecord
-from service.sources.http.body import MAX_DECOMPRESSED_BYTES, BodyRefused
-from service.sources.limits import MAX_RECORDS
+from service.sources.http.body import MAX_DECOMPRESSED_BYTES, BodyRefused, check_containers
+from service.sources.limits import MAX_FIELDS, MAX_RECORDS
 
 SOURCE = "otlp"
 PROTOBUF_TYPES = frozenset(
@@ -46,8 +47,11 @@ PROTOBUF_TYPES = frozenset(
 )
 JSON_TYPES = frozenset(("application/json",))
 ACCEPTED_TYPES = "application/x-protobuf, application/json"
-# memory a parsed body takes beyond its bytes, charged to the lease before parsing
+# memory a parsed body takes beyond its bytes, charged to the lease before parsing: JSON
+# at 3x its bytes; protobuf at its bytes plus MESSAGE_COST per nested message (an empty
+# LogRecord is 2 bytes on the wire and about 140 parsed), counted by a pre-scan
 PARSE_FACTOR = {"protobuf": 1, "json": 3}
+MESSAGE_COST = 160
 MAX_DEPTH = 32  # nested AnyValue levels rendered (deeper: "...")
 
 # resource (or record) attribute → LogRecord.meta key
@@ -118,8 +122,13 @@ def decode_export(
                 "unsupported_encoding",
                 f"unsupported Content-Encoding {clip(encoding, 40)} (gzip or none)",
             )
+        if kind == "protobuf":
+            messages = _prescan(body, max_records)
+        else:
+            check_containers(body, SOURCE)
+            messages = 0
         try:
-            lease.take(len(body) * PARSE_FACTOR[kind])
+            lease.take(len(body) * PARSE_FACTOR[kind] + messages * MESSAGE_COST)
         except DecompressedTooLarge:
             raise refuse(
                 413,
@@ -156,6 +165,26 @@ def _inflate(body: bytes | bytearray, lease: Lease) -> bytearray:
         raise refuse(503, "memory_budget", str(exc)) from None
     except ValueError as exc:
         raise refuse(400, "bad_gzip", f"bad gzip body: {exc}") from None
+
+
+def _prescan(body: bytes | bytearray, max_records: int) -> int:
+    """Messages the protobuf ``body`` parses into; refuse (413) one over the record or
+    field cap before anything is built."""
+    try:
+        scan = scan_export(
+            body, max_records=max_records, max_messages=MAX_FIELDS, max_fields=MAX_FIELDS
+        )
+    except ScanLimit as exc:
+        if exc.what == "records":
+            raise refuse(
+                413,
+                "too_many_records",
+                f"export request holds more than {max_records} log records",
+            ) from None
+        raise refuse(
+            413, "too_complex", f"export request holds {exc} (send smaller batches)"
+        ) from None
+    return 0 if scan is None else scan.messages
 
 
 # ---- one shape for both encodings: (resource attributes, [log record view]) ----------------
