@@ -34,7 +34,7 @@ from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
 from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.config import Settings
-from service.configcheck import ConfigError, load_checked, serve_problems
+from service.configcheck import ConfigError, link_warnings, load_checked, serve_problems
 from service.context import ServiceContext
 from service.netguard import check_auth_config, check_forward_config
 from service.notify.dispatcher import Dispatcher
@@ -249,6 +249,8 @@ def serve(config: str | None = None) -> int:
     problems = serve_problems(settings)  # matchers outside the taxonomy, receivers, rules ...
     if problems:
         raise ConfigError(problems)
+    for warning in link_warnings(settings):  # alert links nobody can open: serve anyway
+        log.warning("settings: %s", warning)
     svc = build(settings)
     log.info(
         "vllm-sentinel %s: store %s, api %s:%s, kafka %s, receivers %s",

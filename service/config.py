@@ -199,11 +199,23 @@ class ReceiverSettings(Section):
     timeout_s: float = 5.0
 
 
+def default_external_url(host: str, port: int) -> str:
+    """``http://host:port`` of the API (a wildcard host: 127.0.0.1; IPv6 in brackets)."""
+    host = host.strip() or "127.0.0.1"
+    if host in ("0.0.0.0", "::", "*"):
+        host = "127.0.0.1"
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 class NotifySettings(Section):
     group_wait_s: float = 1.0  # wait this long after a change so late root-cause lines coalesce
     max_attempts: int = 0  # 0 = retry forever (with backoff); alerts are never dropped
     backoff_base_s: float = 1.0
     backoff_max_s: float = 300.0
+    # base URL of the API for links in notifications; unset: http://<api.host>:<api.port>
+    # (a wildcard host reads as 127.0.0.1, which ``check-config`` flags)
     external_url: str = "http://127.0.0.1:8080"
 
 
@@ -297,6 +309,13 @@ class Settings(BaseSettings):
     # claims back at once. Default: <hostname>-<hash of store URL and API address> (in
     # Kubernetes HOSTNAME is the pod name). Must differ between live replicas.
     instance_id: str | None = Field(None, max_length=128)
+
+    @model_validator(mode="after")
+    def _default_external_url(self) -> Settings:
+        if "external_url" not in self.notify.model_fields_set:
+            self.notify.external_url = default_external_url(self.api.host, self.api.port)
+            self.notify.model_fields_set.discard("external_url")  # still "unset"
+        return self
 
     @classmethod
     def settings_customise_sources(

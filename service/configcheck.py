@@ -7,13 +7,19 @@ in the taxonomy, receivers without what their type needs (a PagerDuty routing ke
 http(s) URL), ports that no client could reach (0, out of range, the API and forward on the
 same address), the start-up refusals (an open API or forward port beyond loopback), the store
 URL and the extra rule directories. ``probe=True`` also connects to every receiver and Kafka
-broker and binds the listen ports. Problems never show a secret's value.
+broker and binds the listen ports. Problems never show a secret's value. Schema problems
+and the rest come in one pass (the rest checked with the refused keys dropped); unknown keys
+name the nearest known one. Warnings (:func:`link_warnings`) are settings that work but
+mislead: alert links nobody who gets the page can open.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
 import logging
 import socket
+import typing
 from collections.abc import Callable
 from fnmatch import fnmatchcase
 from pathlib import Path
@@ -21,12 +27,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 from service.config import Settings
 from service.labels import validate
-from service.netguard import InsecureConfigError, check_auth_config, check_forward_config
+from service.netguard import (
+    InsecureConfigError,
+    check_auth_config,
+    check_forward_config,
+    is_loopback,
+)
 from service.store.engine import normalise_url
 from service.taxonomy import CATEGORIES, STAGES, TIERS
 
@@ -105,11 +116,60 @@ def validation_problems(exc: ValidationError, data: dict[str, Any] | None = None
                 f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[2:]
             )
         if err["type"] == "extra_forbidden":
-            lines.append(f"{where}: unknown key")
+            near = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
+            lines.append(f"{where}: unknown key" + (f" (did you mean {near[0]}?)" if near else ""))
             continue
         msg = err["msg"].removeprefix("Value error, ")
         lines.append(f"{where}: {msg}")
     return lines
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The settings model an annotation holds (``X | None``, ``list[X]``), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for inner in typing.get_args(annotation):
+        found = _model_of(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the section at ``loc`` takes (for "did you mean")."""
+    model: type[BaseModel] | None = Settings
+    for part in loc:
+        if isinstance(part, int) or model is None:
+            continue
+        field = model.model_fields.get(str(part))
+        model = _model_of(field.annotation) if field is not None else None
+    return list(model.model_fields) if model is not None else []
+
+
+def _without_errors(data: dict[str, Any], exc: ValidationError) -> Settings | None:
+    """The settings once every key the schema refused is dropped (its default then), so the
+    other checks run in the same pass; None when that is not enough (a required key)."""
+    data = copy.deepcopy(data)
+    for _ in range(4):
+        for err in reversed(exc.errors()):  # later list items first: indices stay right
+            loc = [p for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))]
+            parent: Any = data
+            for part in loc[:-1]:
+                try:
+                    parent = parent[part]
+                except (KeyError, IndexError, TypeError):
+                    return None
+            if not loc or err["type"] == "missing" or not isinstance(parent, dict | list):
+                return None
+            try:
+                del parent[loc[-1]]
+            except (KeyError, IndexError, TypeError):
+                return None
+        try:
+            return Settings(**data)
+        except ValidationError as again:
+            exc = again
+    return None
 
 
 def _receiver_name(data: dict[str, Any] | None, loc: tuple[Any, ...]) -> str | None:
@@ -133,11 +193,57 @@ def load_checked(path: str | Path | None, text: str | None = None) -> Settings:
 def check_config(path: str | Path, *, probe: bool = False, text: str | None = None) -> list[str]:
     """Every problem of the settings file ``path`` (with ``SENTINEL_*`` applied; ``text``:
     its content when it was read already, e.g. from stdin)."""
+    return check_report(path, probe=probe, text=text)[0]
+
+
+def check_report(
+    path: str | Path, *, probe: bool = False, text: str | None = None
+) -> tuple[list[str], list[str]]:
+    """The problems and the warnings (settings that work but mislead) of ``path``, in one
+    pass: schema problems first, then the rest of what is left once they are dropped."""
     try:
-        settings = load_checked(path, text)
+        data = read_yaml(path, text)
     except ConfigError as exc:
-        return exc.problems
-    return semantic_problems(settings, probe=probe)
+        return exc.problems, []
+    try:
+        settings = Settings(**data)
+    except ValidationError as exc:
+        rest = _without_errors(data, exc)
+        schema = validation_problems(exc, data)
+        return schema + (semantic_problems(rest, probe=probe) if rest else []), []
+    return semantic_problems(settings, probe=probe), link_warnings(settings)
+
+
+PLACEHOLDER_DOMAINS = ("example.com", "example.org", "example.net", "example", "invalid")
+IN_CLUSTER_DOMAINS = ("svc", "cluster.local")
+
+
+def _under(host: str, domains: tuple[str, ...]) -> bool:
+    return host in domains or host.endswith(tuple(f".{d}" for d in domains))
+
+
+def link_warnings(s: Settings) -> list[str]:
+    """Alert links nobody who gets the page can open: ``notify.external_url`` on loopback
+    (or unset) while the API listens beyond it, a placeholder domain, in-cluster DNS."""
+    url = s.notify.external_url
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    where = f"notify.external_url: {url}"
+    if not host:
+        return [f"{where}: not a URL with a host; alert links will not open"]
+    if _under(host, PLACEHOLDER_DOMAINS):
+        return [f"{where}: is a placeholder; set the address people open the dashboard at"]
+    if _under(host, IN_CLUSTER_DOMAINS):
+        return [
+            f"{where}: is in-cluster DNS a laptop or phone cannot open; "
+            "set the address people open the dashboard at (an Ingress)"
+        ]
+    if is_loopback(host) and not is_loopback(s.api.host):
+        unset = "" if "external_url" in s.notify.model_fields_set else " (unset: from api.host)"
+        return [
+            f"{where}{unset}: is loopback while the API listens on {s.api.host}; "
+            "alert links will only open on this machine"
+        ]
+    return []
 
 
 def serve_problems(s: Settings) -> list[str]:

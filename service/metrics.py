@@ -25,8 +25,9 @@ REJECTS = Counter(
 )
 FINDINGS = Counter(
     "sentinel_findings_total",
-    "Findings emitted, by category and method.",
-    ["category", "method"],
+    "Findings emitted (one per classified line, judgement or cut-off traceback), by tier, "
+    "category and method.",
+    ["tier", "category", "method"],
     registry=REGISTRY,
 )
 DISAGREEMENTS = Counter(
@@ -36,9 +37,9 @@ DISAGREEMENTS = Counter(
 )
 INCIDENTS_OPEN = Gauge(
     "sentinel_incidents_open",
-    "Open incidents in the store, by tier and category (read from the store at each scrape: "
-    "the same numbers on every replica, aggregate with max).",
-    ["tier", "category"],
+    "Open incidents in the store, by tier, category and namespace (read from the store at each "
+    "scrape: the same numbers on every replica, aggregate with max).",
+    ["tier", "category", "namespace"],
     registry=REGISTRY,
 )
 ALERTS_PENDING = Gauge(
@@ -125,7 +126,7 @@ class StoreGauges(TypedDict):
     receiver the deliveries not sent yet and the oldest one's age (s), and the outbox
     backlog (events not expanded, the oldest one's age)."""
 
-    open: dict[tuple[str, str], int]
+    open: dict[tuple[str, str, str], int]  # (tier, category, namespace or "")
     pending: dict[str, tuple[int, float]]
     outbox: tuple[int, float]
 
@@ -137,7 +138,7 @@ class GaugeSource(Protocol):
 
 
 def refresh_store_gauges(store: GaugeSource, receivers: Iterable[str] = ()) -> bool:
-    """Set the store-derived gauges (open incidents by tier and category, pending alerts of
+    """Set the store-derived gauges (open incidents by tier, category and namespace, pending alerts of
     ``receivers`` and any other receiver with some, outbox backlog) from ``store.gauges()``;
     False (gauges left as they were) when the store failed."""
     try:
@@ -146,8 +147,8 @@ def refresh_store_gauges(store: GaugeSource, receivers: Iterable[str] = ()) -> b
         return False
     with GAUGE_LOCK:
         INCIDENTS_OPEN.clear()
-        for (tier, category), n in g["open"].items():
-            INCIDENTS_OPEN.labels(tier=tier, category=category).set(n)
+        for (tier, category, namespace), n in g["open"].items():
+            INCIDENTS_OPEN.labels(tier=tier, category=category, namespace=namespace).set(n)
         ALERTS_PENDING.clear()
         ALERTS_PENDING_AGE.clear()
         for receiver in receivers:

@@ -140,7 +140,7 @@ def test_the_example_settings_file_loads_and_names_every_setting() -> None:
 
 
 def test_the_kubernetes_config_map_is_valid_settings() -> None:
-    cm = yaml.safe_load((DEPLOY / "kubernetes" / "configmap.yaml").read_text())
+    cm = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "configmap.yaml").read_text())
     s = Settings(**yaml.safe_load(cm["data"]["sentinel.yaml"]))
     assert s.sources.kafka is not None and s.sources.kafka.group
     assert s.api.host == "0.0.0.0"
@@ -148,7 +148,7 @@ def test_the_kubernetes_config_map_is_valid_settings() -> None:
 
 
 def test_the_deployment_runs_replicas_safely() -> None:
-    dep = yaml.safe_load((DEPLOY / "kubernetes" / "deployment.yaml").read_text())
+    dep = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "deployment.yaml").read_text())
     assert dep["spec"]["replicas"] == 3
     pod = dep["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -162,7 +162,7 @@ def test_the_deployment_runs_replicas_safely() -> None:
     for name, key in (("SENTINEL_API__TOKEN", "api-token"), ("SENTINEL_STORE__URL", "store-url")):
         assert env[name]["valueFrom"]["secretKeyRef"]["key"] == key
     assert c["args"] == ["--config", "/etc/vllm-sentinel/sentinel.yaml"]
-    pdb = yaml.safe_load((DEPLOY / "kubernetes" / "pdb.yaml").read_text())
+    pdb = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "pdb.yaml").read_text())
     assert pdb["spec"]["selector"] == dep["spec"]["selector"]
 
 

@@ -134,6 +134,34 @@ def test_detail_shows_the_whole_root_cause_and_the_failed_rung(client: TestClien
     assert client.get("/ui/incidents/nope").status_code == 404
 
 
+def test_a_config_error_reads_as_config_and_its_root_cause_without_the_prefix(
+    tmp_path: Path,
+) -> None:
+    """#22: "CUDA init FAILED HERE" for a config error read as a GPU problem; the root cause
+    cell and evidence were half prefix (``(APIServer pid=...) ERROR 12-02 ... [x.py:126]``)."""
+    ctx = make_context(tmp_path / "sentinel.db", RuleBook())
+    with TestClient(web_app(ctx), base_url="https://testserver") as c:
+        ingest(c, REAL / "trust-remote-code-required.cri.log", "llm-prod", "trc-0")
+        (inc,) = critical(c)
+        assert (inc["stage"], inc["category"]) == ("cuda_init", "config_error")
+        assert inc["line"].startswith("(APIServer pid=")
+        html = c.get(f"/ui/incidents/{inc['id']}").text
+        listing = c.get("/ui/incidents").text
+    close_context(ctx)
+    rung = re.search(r'class="rung rung-failed"[^>]*data-stage="cuda_init".*?</li>', html, re.S)
+    assert rung and "Config / CUDA init" in rung.group(0)
+    m = re.search(r'<pre class="rootcause"[^>]*>([^<]*)</pre>', html)
+    assert m and m.group(1).startswith("Error parsing config"), m
+    message = m.group(1)
+    assert str(escape(inc["line"])) in html  # the whole line stays (its title)
+    ev = re.search(r'<pre class="evidence".*?</pre>', html, re.S)
+    assert ev and "<mark>" + message in ev.group(0) and "pid=" not in ev.group(0)
+    cell = re.search(
+        rf'/ui/incidents/{inc["id"]}".*?<td class="line-cell"><code[^>]*>([^<]*)', listing, re.S
+    )
+    assert cell and cell.group(1).startswith("Error parsing config")
+
+
 def test_a_crash_loop_shows_its_attempts(tmp_path: Path) -> None:
     from tests.e2e_support import fluent_bit_records
 

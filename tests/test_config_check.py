@@ -187,9 +187,52 @@ def test_schema_problems_come_first_one_line_each(
     assert code == 1
     assert out.splitlines() == [
         f"{path}: api.port: Input should be less than or equal to 65535",
-        f"{path}: api.tokn: unknown key",
-        f"{path}: recievers: unknown key",
+        f"{path}: api.tokn: unknown key (did you mean token?)",
+        f"{path}: recievers: unknown key (did you mean receivers?)",
     ]
+
+
+def test_one_pass_reports_schema_problems_and_every_other_problem(tmp_path: Path) -> None:
+    """The real process: what the schema refuses and what the other checks find, together
+    (never "fix these, run again, find more"), unknown keys with the nearest known one."""
+    path = write(
+        tmp_path,
+        {
+            "api": {"tokn": "x", "port": 70000},
+            "notfy": {},
+            "receivers": [
+                {
+                    "name": "pd",
+                    "type": "pagerduty",
+                    "url": "https://events.pagerduty.com/v2/enqueue",
+                    "timeout_s": "fast",
+                    "match": {"tier": ["capcity"]},
+                }
+            ],
+            "store": {"url": "mysql://db/x"},
+        },
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "service.cli", "check-config", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 1
+    assert [line.removeprefix(f"{path}: ") for line in run.stdout.splitlines()] == [
+        "api.port: Input should be less than or equal to 65535",
+        "api.tokn: unknown key (did you mean token?)",
+        "receivers[0] (pd).timeout_s: Input should be a valid number, unable to parse string "
+        "as a number",
+        "notfy: unknown key (did you mean notify?)",
+        "receivers[0] (pd): a pagerduty receiver needs routing_key (or routing_key_env / "
+        "routing_key_file)",
+        "receivers[0] (pd): match.tier: 'capcity' is not a tier (one of: compatibility, "
+        "integration, capacity, other, none)",
+        "store.url: mysql is not supported (sqlite or postgresql)",
+    ]
+    assert run.stderr == f"{path}: 7 problems\n"
 
 
 def test_yaml_errors_and_stdin(
@@ -251,7 +294,7 @@ def test_probe_connects_and_binds(tmp_path: Path) -> None:
 def test_the_shipped_files_check_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert check_config(DEPLOY / "sentinel.example.yaml") == []
     monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret")
-    cm = yaml.safe_load((DEPLOY / "kubernetes" / "configmap.yaml").read_text())
+    cm = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "configmap.yaml").read_text())
     text = cm["data"]["sentinel.yaml"]
     assert check_config(write(tmp_path, text)) == []
     # the commented receivers, with the Secret's keys as the deployment mounts them
@@ -277,7 +320,7 @@ def test_the_shipped_files_check_clean(tmp_path: Path, monkeypatch: pytest.Monke
     assert pd.routing_key == "pagerduty-routing-key-value"
     assert slack.url.startswith("https://hooks.slack.com/")
     assert hook.secret == "webhook-secret-value"
-    dep = yaml.safe_load((DEPLOY / "kubernetes" / "deployment.yaml").read_text())
+    dep = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "deployment.yaml").read_text())
     spec = dep["spec"]["template"]["spec"]
     mounts = {m["name"]: m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
     assert mounts["secrets"] == "/var/run/secrets/vllm-sentinel"
@@ -301,7 +344,7 @@ def test_serve_refuses_a_bad_file_with_one_line_per_problem(
     code, out, err = run("serve", "--config", str(path), capsys=capsys)
     assert code == 2 and out == ""
     assert err.splitlines() == [
-        "vllm-sentinel serve: api.tokn: unknown key",
+        "vllm-sentinel serve: api.tokn: unknown key (did you mean token?)",
         "vllm-sentinel serve: receivers[0] (r): url_env: environment variable NOPE_X is not set",
     ]
     path = write(

@@ -129,7 +129,7 @@ def test_the_image_does_not_open_the_forward_port(monkeypatch: pytest.MonkeyPatc
     alone = Settings()
     check_forward_config(alone.sources.forward)  # loopback, so it starts
     assert alone.sources.forward is not None and alone.sources.forward.host == "127.0.0.1"
-    cm = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "configmap.yaml").read_text())
+    cm = yaml.safe_load((ROOT / "deploy" / "kubernetes" / "base" / "configmap.yaml").read_text())
     in_cluster = Settings(**yaml.safe_load(cm["data"]["sentinel.yaml"]))
     assert in_cluster.sources.forward is None  # the image's env does not turn it back on
 

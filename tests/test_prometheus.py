@@ -136,6 +136,16 @@ def test_rules_and_dashboard_name_only_metrics_that_exist() -> None:
     } <= used
 
 
+def test_open_incidents_keep_their_namespace_when_replicas_are_merged() -> None:
+    """``max`` over replicas must keep the namespace label, or one team's count hides
+    another's (a per-team alert rule or panel needs it)."""
+    merged = [e for e in rule_exprs() + dashboard_exprs() if "sentinel_incidents_open" in e]
+    assert merged
+    for expr in merged:
+        for by in re.findall(r"max by \(([^)]*)\) \(sentinel_incidents_open", expr):
+            assert "namespace" in by, expr
+
+
 def test_dashboard_is_importable_json() -> None:
     dash = json.loads(DASHBOARD.read_text())
     assert dash["uid"] and dash["title"] == "vllm-sentinel"
@@ -189,7 +199,11 @@ def test_metrics_show_open_incidents_by_tier_and_category(client: TestClient) ->
     assert r.status_code == 200, r.text
     text = client.get("/metrics").text
     opened = _samples(text, "sentinel_incidents_open")
-    assert opened[(("category", "oom_kv_cache"), ("tier", "capacity"))] == 1.0
+    assert opened[(("category", "oom_kv_cache"), ("namespace", "ns"), ("tier", "capacity"))] == 1.0
+    # every finding counted (the dashboard's "findings" panels; #22: they were always empty)
+    found = _samples(text, "sentinel_findings_total")
+    key = (("category", "oom_kv_cache"), ("method", "signature"), ("tier", "capacity"))
+    assert found.get(key, 0) >= 1.0, found
     # no dispatcher runs in this context: the change waits in the outbox
     assert _samples(text, "sentinel_outbox_pending") == {(): 1.0}
     assert _samples(text, "sentinel_outbox_pending_oldest_seconds")[()] >= 0.0

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from service.ui.present import bare
 from tests.e2e_support import (
     CORPUS,
     REAL,
@@ -239,7 +240,10 @@ def test_detail_shows_the_failed_rung_and_the_whole_root_cause(env: Env, page: P
     for i in range(passed.count()):
         expect(passed.nth(i).locator(".rung-time")).to_contain_text("UTC")
     expect(page.locator(".ladder .rung-not-reached")).to_have_count(2)  # api_server, serving
-    assert page.inner_text("pre.rootcause") == full["line"]  # the whole line
+    # the message without its "(EngineCore pid=...) ERROR ... [core.py:1510]" prefix (#22);
+    # the whole line is the element's title
+    assert page.inner_text("pre.rootcause") == bare(full["line"]) != full["line"]
+    assert page.get_attribute("pre.rootcause", "title") == full["line"]
     expect(page.locator("pre.evidence mark")).to_contain_text("KV cache")
     expect(page.locator("#deliveries-h + h3")).to_contain_text("oncall")
     expect(page.locator("table.deliveries")).to_contain_text("sent")
@@ -337,7 +341,7 @@ def test_paste_a_log_gives_the_same_verdict_as_the_api(env: Env, page: Page) -> 
     expect(page.locator("#verdict")).to_have_text(
         f"{api['tier']} / {api['category']} at {api['stage']}"
     )
-    expect(page.locator("#result pre.rootcause").first).to_have_text(api["line"])
+    expect(page.locator("#result pre.rootcause").first).to_have_text(bare(api["line"]))
     expect(page.locator("#result .rung-failed").first).to_have_attribute("data-stage", api["stage"])
     page.locator("#result").scroll_into_view_if_needed()
     shot(page, "classify")

@@ -46,10 +46,22 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         else:
             shutil.copy2(ROOT / name, src / name)
     dist = tmp_path_factory.mktemp("dist")
-    out = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)])
+    # -v: the build backend's own output (pip hides it otherwise), for the warnings check
+    out = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(dist), str(src)])
     assert out.returncode == 0, out.stdout + out.stderr
+    (dist / "build.log").write_text(out.stdout + out.stderr)
     (whl,) = dist.glob("vllm_sentinel-*.whl")
     return whl
+
+
+def test_the_build_prints_no_deprecation_and_names_the_license(wheel: Path) -> None:
+    """Every install printed setuptools' ``project.license`` table deprecation twice (#22)."""
+    log = (wheel.parent / "build.log").read_text()
+    assert "SetuptoolsDeprecationWarning" not in log, log[-3000:]
+    with zipfile.ZipFile(wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        headers = Parser().parsestr(zf.read(meta).decode())
+    assert headers["License-Expression"] == "Apache-2.0"
 
 
 @pytest.fixture(scope="module")

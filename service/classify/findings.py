@@ -26,7 +26,7 @@ from service.classify.masking import mask
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import STARTING, StreamState
-from service.metrics import DISAGREEMENTS
+from service.metrics import DISAGREEMENTS, FINDINGS
 from service.parse import line as L
 from service.taxonomy import later_stage, tier_of
 
@@ -70,6 +70,16 @@ def error_like(line: L.Line, benign_exceptions: frozenset[str]) -> str | None:
     return None
 
 
+def count(f: Finding) -> Finding:
+    """``f``, counted in ``sentinel_findings_total``."""
+    FINDINGS.labels(tier=f.tier, category=f.category, method=f.method).inc()
+    return f
+
+
+def counted(f: Finding | None) -> Finding | None:
+    return count(f) if f is not None else None
+
+
 class Findings:
     """Findings of lines (and of judgements) under one rule book, playbook and model."""
 
@@ -94,6 +104,11 @@ class Findings:
         self, st: StreamState, line: L.Line, sigs: list[tuple[Signature, Any]], time: float | None
     ) -> Finding | None:
         """The finding of ``line`` (``sigs``: the signatures it matched, best first)."""
+        return counted(self._of_line(st, line, sigs, time))
+
+    def _of_line(
+        self, st: StreamState, line: L.Line, sigs: list[tuple[Signature, Any]], time: float | None
+    ) -> Finding | None:
         hint = st.frame_hint.get(line.proc_key)
         if sigs and line.level is not None:
             sigs = [h for h in sigs if h[0].levels is None or line.level in h[0].levels]
@@ -256,39 +271,43 @@ class Findings:
                 confidence = round(float(pred.probability) * 0.5, 3)
         stage, source = self.stage_for(st, category, None, None, st.frame_hint.get(proc))
         last = next((t for t in reversed(tb) if t.startswith("File ")), tb[-1])
-        return Finding(
-            tier=tier_of(category),
-            category=category,
-            stage=stage,
-            confidence=confidence,
-            method=method,
-            rule="truncated-traceback",
-            line=last,
-            role="symptom",
-            priority=UNKNOWN_PRIORITY,
-            seq=st.seq,
-            time=st.last_time,
-            process=None,
-            remediation=self.first_move(category),
-            stage_source=source,
-            detail="the traceback ends before its exception line; "
-            f"inferred from {len(tb)} frame/source lines",
+        return count(
+            Finding(
+                tier=tier_of(category),
+                category=category,
+                stage=stage,
+                confidence=confidence,
+                method=method,
+                rule="truncated-traceback",
+                line=last,
+                role="symptom",
+                priority=UNKNOWN_PRIORITY,
+                seq=st.seq,
+                time=st.last_time,
+                process=None,
+                remediation=self.first_move(category),
+                stage_source=source,
+                detail="the traceback ends before its exception line; "
+                f"inferred from {len(tb)} frame/source lines",
+            )
         )
 
     def judged(self, st: StreamState, j: Judgement, time: float | None) -> Finding:
         """The finding of a check's judgement, at the stream's current line."""
-        return Finding(
-            tier=tier_of(j.category),
-            category=j.category,
-            stage=j.stage or st.stage or "serving",
-            confidence=0.8,
-            method="heuristic",
-            rule=j.rule,
-            line=j.line,
-            role=j.role,
-            priority=5 if j.role == "warning" else 15,
-            seq=st.seq,
-            time=time,
-            remediation=self.first_move(j.category),
-            detail=j.detail,
+        return count(
+            Finding(
+                tier=tier_of(j.category),
+                category=j.category,
+                stage=j.stage or st.stage or "serving",
+                confidence=0.8,
+                method="heuristic",
+                rule=j.rule,
+                line=j.line,
+                role=j.role,
+                priority=5 if j.role == "warning" else 15,
+                seq=st.seq,
+                time=time,
+                remediation=self.first_move(j.category),
+                detail=j.detail,
+            )
         )

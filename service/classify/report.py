@@ -15,6 +15,7 @@ from service.ingest.envelope import Format
 from service.ingest.timestamps import line_time
 from service.records import LogRecord
 from service.sources.files import read_files
+from service.taxonomy import STAGE_INDEX
 
 
 class Stopped(TypedDict):
@@ -142,6 +143,15 @@ def _collect(seen: dict[str, dict[str, Incident]], changes: list[Change]) -> Non
         seen.setdefault(ch.incident.stream, {})[ch.incident.id] = ch.incident
 
 
+def reached(stage: str | None, incidents: list[Incident]) -> str | None:
+    """The stage a stream reached: its own, else (no stage line seen) the furthest stage its
+    failures happened at, so the report never says "nothing" above a failure at a stage."""
+    if stage is not None:
+        return stage
+    at = [i.stage for i in incidents if i.severity == "critical" and i.stage in STAGE_INDEX]
+    return max(at, key=STAGE_INDEX.__getitem__, default=None)
+
+
 def stream_report(
     clf: Classifier, key: str, incidents: Iterable[Incident], now: float | None = None
 ) -> StreamReport:
@@ -161,7 +171,7 @@ def stream_report(
         "stopped": stopped,
         "stream": key,
         "status": st.status,
-        "stage": st.stage,
+        "stage": reached(st.stage, ordered),
         # failures only (root cause first; [] for a healthy stream); warnings never page
         "incidents": [i.summary() for i in ordered if i.severity == "critical"],
         "warnings": [i.summary() for i in ordered if i.severity != "critical"],

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from . import classify, model, rules, serve
@@ -68,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     try:
         return int(args.run(args))
+    except BrokenPipeError:  # ``classify ... | head -1``: the reader is gone, stop quietly
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush is quiet
+        return 141  # as a process a SIGPIPE ended (128 + 13)
     except ConfigError as exc:  # one line per problem, never a traceback
         for problem in exc.problems:
             print(f"vllm-sentinel {args.cmd}: {problem}", file=sys.stderr)

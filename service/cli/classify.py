@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from service import ratelog
+from service.ingest.compression import GZIP_MAGIC
 from service.ingest.envelope import Format
 
 from .rules import load_rules
@@ -34,6 +35,8 @@ _COLOURS = {
     "none": "\x1b[32m",
 }
 _RESET = "\x1b[0m"
+BINARY_SNIFF = 8192  # bytes read to tell a log from a binary file
+EXECUTABLE_MAGIC = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
 
 
 def add_parser(sub: Any) -> None:
@@ -104,7 +107,21 @@ def _unreadable(path: str) -> str | None:
         return "permission denied"
     if os.path.isfile(path) and os.path.getsize(path) == 0:  # (a pipe, <(...), has no size)
         return "is empty"
+    if os.path.isfile(path):
+        with open(path, "rb") as fh:
+            head = fh.read(BINARY_SNIFF)
+        if head.startswith(EXECUTABLE_MAGIC):
+            return "is an executable, not a log (plain or gzip text)"
+        if not head.startswith(GZIP_MAGIC) and _binary(head):
+            return "is a binary file, not a log (plain or gzip text)"
     return None
+
+
+def _binary(head: bytes) -> bool:
+    """Mostly control bytes or invalid UTF-8 once NUL padding (a truncated log's) is gone."""
+    text = head.replace(b"\0", b"").decode("utf-8", "replace")
+    odd = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\x1b"))
+    return odd * 3 > len(text)
 
 
 def _physical_lines(path: str) -> int:

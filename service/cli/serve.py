@@ -35,11 +35,13 @@ def add_check_config(sub: Any) -> None:
         sub,
         "check-config",
         "check a settings file",
-        "Prints one line per problem and exits 1 if there is any: unknown keys, "
+        "Prints one line per problem, all in one pass, and exits 1 if there is any: "
+        "unknown keys\n(with the nearest known one), "
         "wrong types,\nX_env / X_file that cannot be read, receiver matchers "
         "outside the taxonomy,\nreceivers without a routing key or URL, ports no "
         "client can reach, an open API or\nforward port beyond loopback, the store "
-        "URL, extra rule directories and their\nexamples. SENTINEL_* environment "
+        "URL, extra rule directories and their\nexamples. Warnings (exit 0): alert "
+        "links nobody can open (notify.external_url).\nSENTINEL_* environment "
         "variables apply as for serve.",
     )
     cc.add_argument("file", metavar="FILE", help="YAML settings file; - reads stdin")
@@ -60,17 +62,22 @@ def serve(args: argparse.Namespace) -> int:
 
 def check_config(args: argparse.Namespace) -> int:
     """``vllm-sentinel check-config``: one line per problem, exit 1 if there is any."""
-    from service.configcheck import check_config as problems_of
+    from service.configcheck import check_report
 
     shown = "stdin" if args.file == "-" else args.file
     text = sys.stdin.read() if args.file == "-" else None
-    problems = problems_of(shown, probe=args.probe, text=text)
+    problems, warnings = check_report(shown, probe=args.probe, text=text)
     for problem in problems:
         print(problem if problem.startswith(f"{shown}:") else f"{shown}: {problem}")
+    for warning in warnings:
+        print(f"{shown}: warning: {warning}")
     if problems:
         print(
             f"{shown}: {len(problems)} problem{'s' if len(problems) != 1 else ''}", file=sys.stderr
         )
         return 1
-    print(f"{shown}: ok")
+    print(
+        f"{shown}: ok"
+        + (f" ({len(warnings)} warning{'s' * (len(warnings) != 1)})" if warnings else "")
+    )
     return 0

@@ -43,4 +43,11 @@ def add_command(
         formatter_class=Formatter,
         epilog=EPILOG,
     )
+    parser.add_argument(  # also after the command: ``classify -v`` (kept unless given)
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="log rejected input and warnings on stderr",
+    )
     return parser

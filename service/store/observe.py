@@ -44,15 +44,15 @@ def incidents_by_id(conn: Connection, ids: list[str]) -> list[IncidentBody]:
 
 
 def gauges(conn: Connection, now: float) -> StoreGauges:
-    """``open``: {(tier, category): count}; ``pending``: {receiver: (count, oldest age s)}
+    """``open``: {(tier, category, namespace or ""): count}; ``pending``: {receiver: (count, oldest age s)}
     of deliveries not sent yet; ``outbox``: (events not expanded, oldest age s)."""
     i, d, o = incidents.c, deliveries.c, outbox.c
     open_by = {
-        (str(t), str(c)): int(n)
-        for t, c, n in conn.execute(
-            select(i.tier, i.category, func.count())
+        (str(t), str(c), str(ns or "")): int(n)
+        for t, c, ns, n in conn.execute(
+            select(i.tier, i.category, i.namespace, func.count())
             .where(i.status == "open")
-            .group_by(i.tier, i.category)
+            .group_by(i.tier, i.category, i.namespace)
         )
     }
     pending = {

@@ -30,6 +30,7 @@ templates.env.filters.update(
     iso=present.iso_time,
     dur=present.fmt_duration,
     rungtext=present.ladder_state_text,
+    bare=present.bare,
 )
 
 POLL_S = 10

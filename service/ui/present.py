@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypedDict, TypeGuard
 
+from service.parse.line import parse_line
 from service.store.views import IncidentView
 from service.taxonomy import STAGE_INDEX, STAGES
 from service.ui.data import StreamRow
@@ -17,7 +18,7 @@ from service.ui.data import StreamRow
 EPOCH_MIN = 1e8
 LADDER_LABEL = {
     "container": "Container",
-    "cuda_init": "CUDA init",
+    "cuda_init": "Config / CUDA init",  # argument and config validation are this stage too
     "distributed_init": "Distributed init",
     "model_load": "Model load",
     "kv_cache_init": "KV cache init",
@@ -218,6 +219,16 @@ def ladder(inc: Placed) -> list[Rung]:
             }
         )
     return rungs
+
+
+def bare(text: str | None) -> str:
+    """A log line without its process, level, time and source prefix (``(EngineCore pid=9)
+    ERROR 12-02 10:00:01 [core.py:1510]``): the message the rules read; the line itself when
+    nothing else is left."""
+    if not text:
+        return ""
+    message = parse_line(text).message
+    return message if message.strip() else text
 
 
 def ladder_state_text(state: str) -> str:

@@ -41,7 +41,7 @@ from service import metrics
 from service.ingest.budget import BudgetExhausted, Lease, MiB, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record, decode_text
-from service.ingest.fluent_record import has_line
+from service.ingest.fluent_record import has_line, record_meta, stream_key
 from service.ingest.msgpack_events import TooComplex, split_event, unpack_all
 from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, clip, reject
@@ -213,15 +213,15 @@ def _decode(
         return records, rejected
     if kind != "text":
         return _structured(body, kind, tag, source, max_records, max_line)
-    stream = tag or source
+    meta = record_meta({}, tag, None)  # a kubelet-path tag names namespace, pod, container
     cap = _Cap(max_records, source)
     text = decode_bytes(body, source)
     del body
     cap.lines(text)
-    records = decode_text(text, stream, source=source, max_line=max_line)
-    if tag:
-        for rec in records:
-            rec.meta.setdefault("tag", tag)
+    records = decode_text(text, stream_key(meta, source), source=source, max_line=max_line)
+    for rec in records:
+        for key, value in meta.items():
+            rec.meta.setdefault(key, value)
     return records, 0
 
 
