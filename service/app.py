@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import uvicorn
 from fastapi import FastAPI
 
-from service import ui
+from service import ratelog, ui
 from service.api.app import create_app
 from service.api.connections import (
     RESERVED_FDS,
@@ -126,6 +126,7 @@ def build(settings: Settings) -> Service:
     )
     store.migrate()
     rulebook = rulebook_for(settings)
+    ratelog.redact_details_with(rulebook.redactor.redact)  # rejected input is logged masked
     model = load_text_model() if settings.use_model else None
     classifier = Classifier(
         rulebook,

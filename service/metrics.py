@@ -84,6 +84,13 @@ CONSUMER_LAG = Gauge(
     ["topic", "partition"],
     registry=REGISTRY,
 )
+REDACTIONS = Counter(
+    "sentinel_redactions_total",
+    "Secret-shaped values masked in log lines before classification, by pattern "
+    "(rules/redaction.yaml).",
+    ["pattern"],
+    registry=REGISTRY,
+)
 QUARANTINED = Counter(
     "sentinel_quarantined_total",
     "Records whose classification raised: stored in the quarantine table, position committed.",

@@ -60,7 +60,13 @@ def check_auth_config(api: ApiSettings) -> None:
             raise InsecureConfigError(f"api.{name} is empty or whitespace only")
     if api.token:
         if api.read_token is None:
-            log.info("API: writes and ingest need the bearer token; reads are open")
+            if is_loopback(api.host):
+                log.info("API: writes and ingest need the bearer token; reads are open")
+            else:
+                log.info(
+                    "API: listening on %s with no api.read_token: reads need api.token too",
+                    api.host,
+                )
         return
     if is_loopback(api.host):
         log.warning(

@@ -273,6 +273,12 @@ class Pipeline:
         so its position advances and it is never re-read)."""
         metrics.QUARANTINED.labels(source=source).inc()
         self.counters["quarantined"] += 1
+        # the door redacts in place; a record that failed before it is redacted here, and
+        # the error (which may quote the line) too: the log gets no traceback for that reason
+        redact = self.classifier.rules.redactor.redact
+        raw = rec.text if isinstance(rec.text, str) else str(rec.text)
+        text = redact(raw, counted=False)  # (cut at the door's 8,192 characters)
+        error = redact(str(exc)[:2000], counted=False)
         now = time.monotonic()
         if now - self._quarantine_logged >= QUARANTINE_LOG_EVERY_S:
             log.error(
@@ -280,20 +286,18 @@ class Pipeline:
                 "far, see GET /quarantine",
                 rec.stream,
                 type(exc).__name__,
-                exc,
+                error,
                 self.counters["quarantined"],
-                exc_info=exc,
             )
             self._quarantine_logged = now
-        text = rec.text if isinstance(rec.text, str) else str(rec.text)
         return {
             "source": source[:64],
             "stream": rec.stream[:1024],
             "position": rec.position,
             "reason": type(exc).__name__[:64],
-            "error": str(exc)[:2000],
+            "error": error,
             "text": text[:QUARANTINE_TEXT_CAP],
-            "length": len(text),
+            "length": len(raw),
         }
 
     def _effects(

@@ -94,6 +94,21 @@ class RateLimiter:
             return held
 
 
+_redact: Callable[[str], str] | None = None
+
+
+def redact_details_with(redact: Callable[[str], str] | None) -> None:
+    """Mask secrets in the arguments of every rate-limited line written (a reject's quoted
+    input, above all) with ``redact``: the service and the CLI install their rule book's
+    redactor (:mod:`service.classify.redaction`)."""
+    global _redact
+    _redact = redact
+
+
+def _redacted(value: Any) -> Any:
+    return _redact(value) if _redact is not None and isinstance(value, str) else value
+
+
 class RateLimitedLog:
     """A logger wrapper writing at most one line per ``interval`` per key."""
 
@@ -114,7 +129,8 @@ class RateLimitedLog:
         held = self.limiter.hit(key)
         if held is None:
             return False
-        args = tuple(_clip_arg(a, self.max_chars) for a in args)
+        # only lines written are redacted: a flood of rejects costs no redaction
+        args = tuple(_clip_arg(_redacted(a), self.max_chars) for a in args)
         if held:
             msg += " (%d more like this suppressed in the last %.0f s)"
             args += (held, self.limiter.interval)
@@ -150,7 +166,9 @@ class RejectLogFilter(logging.Filter):
         held = self.log.limiter.hit(key)
         if held is None:
             return False
-        record.args = tuple(_clip_arg(a, self.log.max_chars) for a in args) or record.args
+        record.args = (
+            tuple(_clip_arg(_redacted(a), self.log.max_chars) for a in args) or record.args
+        )
         if held:
             record.msg = (
                 f"{record.msg} ({held} more like this suppressed in the last "

@@ -31,8 +31,9 @@ def make_context(
     token: str | None = WRITE_TOKEN,
     read_token: str | None = None,
     http: bool = True,
+    host: str = "127.0.0.1",
 ) -> ServiceContext:
-    settings = Settings(api=ApiSettings(token=token, read_token=read_token))
+    settings = Settings(api=ApiSettings(token=token, read_token=read_token, host=host))
     settings.sources.http = http
     store = Store(f"sqlite:///{db}")
     store.migrate()

@@ -115,6 +115,38 @@ def test_reads_are_open_when_no_read_token_is_configured(client: TestClient) -> 
         assert client.get(path).status_code == 200, path
 
 
+@pytest.mark.parametrize("host", ["0.0.0.0", "10.1.2.3", "::", "sentinel.example"])
+def test_beyond_loopback_reads_need_the_write_token_when_no_read_token_is_set(
+    tmp_path: Path, host: str
+) -> None:
+    ctx = make_context(tmp_path / "s.db", RuleBook(), host=host)
+    try:
+        with TestClient(web_app(ctx)) as c:
+            for path in ("/incidents", "/incidents/x", "/stats", "/silences", "/feedback"):
+                assert c.get(path).status_code == 401, path
+                assert c.get(path, headers=READ).status_code == 401, path
+                assert c.get(path, headers=WRITE).status_code in (200, 404), path
+            assert c.post("/classify", content=b"x").status_code == 401
+            r = c.get("/ui/incidents", follow_redirects=False)
+            assert r.status_code in (302, 303, 401), r.status_code
+            assert c.get("/ui/incidents", headers=WRITE).status_code == 200
+            for path in ("/healthz", "/readyz", "/metrics"):
+                assert c.get(path).status_code == 200, path
+    finally:
+        close_context(ctx)
+
+
+def test_beyond_loopback_a_read_token_still_reads(tmp_path: Path) -> None:
+    ctx = make_context(tmp_path / "s.db", RuleBook(), host="0.0.0.0", read_token=READ_TOKEN)
+    try:
+        with TestClient(web_app(ctx)) as c:
+            assert c.get("/incidents").status_code == 401
+            assert c.get("/incidents", headers=READ).status_code == 200
+            assert c.get("/incidents", headers=WRITE).status_code == 200
+    finally:
+        close_context(ctx)
+
+
 def test_read_token_guards_reads_and_the_write_token_also_reads(tmp_path: Path) -> None:
     ctx = make_context(tmp_path / "s.db", RuleBook(), read_token=READ_TOKEN)
     try:

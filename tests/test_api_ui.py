@@ -28,6 +28,7 @@ from tests.api_support import (
     kube,
     make_context,
 )
+from tests.secrets_support import leaked, secret_lines
 
 KV = REAL / "kv-cache-too-small.cri.log"
 PORT = REAL / "port-in-use.cri.log"
@@ -358,3 +359,15 @@ def test_alert_links_open_the_incident_page() -> None:
     alert = Alert("opened", {"id": "abc", "primary": {}}, 1, "https://sentinel.example/")
     assert alert.url == "https://sentinel.example/ui/incidents/abc"
     assert alert.api_url == "https://sentinel.example/incidents/abc"
+
+
+def test_a_pasted_log_is_classified_and_shown_back_without_its_secrets(
+    client: TestClient,
+) -> None:
+    text = "\n".join(secret_lines())
+    token = csrf_of(client.get("/ui/classify").text)
+    html = client.post("/ui/classify", data={"log": text, "format": "auto", "csrf": token}).text
+    assert "model_unavailable" in html
+    assert leaked(html) == [] and "REDACTED" in html
+    api = client.post("/classify", content=text.encode(), headers={"Content-Type": "text/plain"})
+    assert api.status_code == 200 and leaked(api.text) == []

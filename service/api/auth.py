@@ -3,8 +3,11 @@
 * Writes and ingest (``require_write``) need ``Authorization: Bearer <api.token>`` when
   ``api.token`` is set. When only ``api.read_token`` is set, writes need that token: a write
   is never less protected than a read.
-* Reads (``require_read``) need ``api.read_token`` (or ``api.token``) only when
-  ``api.read_token`` is set; otherwise reads are open.
+* Reads (``require_read``) need ``api.read_token`` (or ``api.token``) when
+  ``api.read_token`` is set. Without one, reads need ``api.token`` whenever ``api.host`` is
+  not loopback (incidents quote log lines: nobody who can merely reach the port reads
+  them); only on loopback, or with no token at all (an API explicitly run open, see
+  :mod:`service.netguard`), are reads open.
 * ``/healthz``, ``/readyz``, ``/metrics`` and the OpenAPI docs are always open (probes and
   Prometheus scrape them; they carry no incident data).
 
@@ -27,7 +30,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.config import ApiSettings
-from service.netguard import blank
+from service.netguard import blank, is_loopback
 
 _bearer = HTTPBearer(auto_error=False, description="api.token (writes, ingest) or api.read_token")
 
@@ -73,7 +76,10 @@ def write_tokens(api: ApiSettings) -> list[str]:
 
 
 def read_tokens(api: ApiSettings) -> list[str]:
+    """The tokens a read accepts (empty: reads are open; see the module doc)."""
     if api.read_token is None:
+        if api.token is not None and not is_loopback(api.host):
+            return [api.token]
         return []
     return [api.read_token] + ([api.token] if api.token is not None else [])
 

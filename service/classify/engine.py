@@ -13,6 +13,7 @@ or database here: the CLI, the service and the tests drive this core.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -23,6 +24,7 @@ from service.classify.incident import Change
 from service.classify.incident_book import IncidentBook
 from service.classify.judgements import checks
 from service.classify.judgements.judgement import Judgement
+from service.classify.redaction import Blocks
 from service.classify.restarts import Restarts
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
@@ -78,6 +80,7 @@ class Classifier:
         self._gap_s = self.judgements.restarts.gap_s
         self.lines = 0
         self._prev_time: float | None = None  # time of the stream's line before this one
+        self._secret_blocks: Blocks = OrderedDict()  # streams inside a multi-line secret
 
     # ---- streams -------------------------------------------------------------------
     def state(self, key: str, meta: dict[str, Any] | None = None) -> StreamState:
@@ -105,6 +108,9 @@ class Classifier:
 
     # ---- feeding -------------------------------------------------------------------
     def feed(self, rec: LogRecord) -> list[Change]:
+        """Classify one record. Its text is redacted first, in place
+        (:mod:`.redaction`): nothing after this door sees a secret the patterns know."""
+        rec.text = self.rules.redactor.redact(rec.text, rec.stream, self._secret_blocks)
         if "kube" in rec.meta:  # Kubernetes events / pod status (rec.stream may be re-keyed)
             return self._feed_kube(rec)
         st, changes = self.open_stream(rec.stream, rec.meta, rec.time)
@@ -119,9 +125,15 @@ class Classifier:
                 # a new container of the same pod (kubelet restarted it): a new run
                 self._new_run(st, changes, rec.time)
             merge_meta(st, meta, self.rules.cuda)
-        return changes + self.feed_text(st, rec.text, rec.time)
+        return changes + self._feed_text(st, rec.text, rec.time)
 
     def feed_text(self, st: StreamState, text: str, time: float | None = None) -> list[Change]:
+        """Classify one plain line of stream ``st`` (redacted first, as :meth:`feed` does)."""
+        return self._feed_text(
+            st, self.rules.redactor.redact(text, st.key, self._secret_blocks), time
+        )
+
+    def _feed_text(self, st: StreamState, text: str, time: float | None) -> list[Change]:
         self._prev_time = st.last_time
         changes = self._feed_line(st, text, time)
         if st.extra.get("pending"):

@@ -11,6 +11,7 @@ from typing import Any
 import regex
 
 from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
+from service.classify.redaction import Redactor, load_redactor
 from service.classify.rules import (
     RULES_DIR,
     JudgementRules,
@@ -75,11 +76,15 @@ class RuleBook:
         exclude: frozenset[str] = frozenset(),
         signatures: list[Signature] | None = None,
         judgements: JudgementRules | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         """``signatures``: the rules in effect (extra directories, disabled and overridden
         rules: :func:`service.classify.ruletest.load_rule_set`); default: the shipped ones.
-        ``judgements``: likewise (a team's ``judgements.yaml`` merged on the shipped one)."""
+        ``judgements``: likewise (a team's ``judgements.yaml`` merged on the shipped one);
+        ``redactor``: the secret patterns masked in every line (default: the shipped
+        ``redaction.yaml``)."""
         self.rules_dir = rules_dir
+        self.redactor = redactor or load_redactor(rules_dir)
         self.judgements = judgements or load_judgements(rules_dir)
         self.benign_exceptions = load_benign_exceptions(rules_dir)
         if not with_signatures:

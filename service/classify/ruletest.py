@@ -6,7 +6,9 @@ An extra directory holds ``*.yaml`` files (directly or under ``signatures/``) in
 ``examples.no_match``. A rule whose id is a shipped rule's replaces it; ``disabled`` ids are
 left out; ``overrides`` replace fields of a rule by id (validated as the rule itself). A
 ``judgements.yaml`` at the top of the directory overrides keys of the shipped
-``rules/judgements.yaml`` (:func:`service.classify.rules.load_judgements`). The same checks
+``rules/judgements.yaml`` (:func:`service.classify.rules.load_judgements`); a
+``redaction.yaml`` there adds secret patterns to ``rules/redaction.yaml`` (same name:
+replaces), its examples run at load (:mod:`service.classify.redaction`). The same checks
 serve ``vllm-sentinel rules test DIR``, ``check-config`` and start-up.
 """
 
@@ -21,6 +23,12 @@ import regex
 import yaml
 from pydantic import ValidationError
 
+from service.classify.redaction import (
+    REDACTION_FILE,
+    RedactionLoadError,
+    Redactor,
+    load_redactor,
+)
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, JudgementRules, Signature, load_judgements
 from service.parse.line import parse_line
@@ -48,17 +56,25 @@ class RuleSet:
     disabled: list[str] = field(default_factory=list)
     judgements: JudgementRules | None = None
     judgement_files: list[str] = field(default_factory=list)
+    redactor: Redactor | None = None  # None: the shipped redaction patterns
+    redaction_files: list[str] = field(default_factory=list)
 
     def rulebook(self) -> RuleBook:
         """The rule book of these rules."""
-        return RuleBook(signatures=self.signatures, judgements=self.judgements)
+        return RuleBook(
+            signatures=self.signatures, judgements=self.judgements, redactor=self.redactor
+        )
 
 
 def _files(directory: Path) -> list[Path]:
     found: list[Path] = []
     for base in (directory, directory / "signatures"):
         for pattern in ("*.yaml", "*.yml"):
-            found.extend(p for p in sorted(base.glob(pattern)) if p != directory / JUDGEMENTS)
+            found.extend(
+                p
+                for p in sorted(base.glob(pattern))
+                if p not in (directory / JUDGEMENTS, directory / REDACTION_FILE)
+            )
     return found
 
 
@@ -133,15 +149,18 @@ def load_rule_set(
             rs.status[sig.id] = SHIPPED
     added: dict[str, str] = {}
     teams: list[Path] = []
+    redactions: list[Path] = []
     for d in dirs:
         directory = Path(d)
         if not directory.is_dir():
             problems.append(f"{d}: not a directory")
             continue
         files = _files(directory)
+        if (directory / REDACTION_FILE).is_file():
+            redactions.append(directory / REDACTION_FILE)
         if (directory / JUDGEMENTS).is_file():
             teams.append(directory / JUDGEMENTS)
-        elif not files:
+        elif not files and not (directory / REDACTION_FILE).is_file():
             problems.append(f"{d}: no *.yaml rule files (directly or under signatures/)")
         for path in files:
             for sig in _read(path, problems):
@@ -179,6 +198,12 @@ def load_rule_set(
         rs.disabled.append(rid)
     rs.judgements = _judgements(rules_dir, teams, problems)
     rs.judgement_files = [str(t) for t in teams]
+    if redactions:
+        try:
+            rs.redactor = load_redactor(rules_dir, redactions)
+        except RedactionLoadError as exc:
+            problems.extend(exc.problems)
+        rs.redaction_files = [str(r) for r in redactions]
     if problems:
         raise RuleLoadError(problems)
     rs.signatures = list(by_id.values())

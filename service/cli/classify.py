@@ -15,6 +15,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from service import ratelog
 from service.ingest.compression import GZIP_MAGIC
 from service.ingest.envelope import Format
 
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
 
     rules = load_rules(args.config, args.rules_dir)  # ConfigError: one line per problem
     clf = build_classifier(use_model=not args.no_model, rulebook=rules.rulebook())
+    ratelog.redact_details_with(clf.rules.redactor.redact)  # rejected lines logged masked
     now = None
     if args.now is not None:
         from service.api.timespec import parse_instant

@@ -1,7 +1,8 @@
 """The dashboard's authentication: the API's own tokens, carried in a cookie.
 
-* Reads follow the API's rule (:func:`service.api.auth.read_tokens`): open unless
-  ``api.read_token`` is set, then the read token or the write token is needed.
+* Reads follow the API's rule (:func:`service.api.auth.read_tokens`): the read token or
+  the write token when ``api.read_token`` is set; the write token when the API listens
+  beyond loopback without one; open only on loopback (or an API explicitly run open).
 * Writes (resolve, silence, feedback) need what the API's writes need
   (:func:`service.api.auth.write_tokens`).
 * ``POST /ui/login`` checks the token typed into the form and keeps it in the

@@ -107,7 +107,9 @@ async def classify_post(request: Request) -> Response:
         title="Paste a log: result",
         reports=[shown(rep) for rep in reports],
         primary=classify_api.primary_of(reports),
-        text=text if len(text) <= SHOWN_BACK else "",
+        text=get_ctx(request).rulebook.redactor.redact_lines(text)
+        if len(text) <= SHOWN_BACK
+        else "",
         fmt=fmt,
         filename=name,
     )
@@ -122,7 +124,7 @@ def _refused(request: Request, status: int, text: str, fmt: str, error: str) -> 
         nav="classify",
         title="Paste a log",
         reports=None,
-        text=text,
+        text=get_ctx(request).rulebook.redactor.redact_lines(text),
         fmt=fmt,
         error=error,
     )
