@@ -25,7 +25,7 @@ test: venv
 	$(BIN)/python -m pytest
 
 # Unit tests only (no servers, brokers, browsers, wheel or training; see tests/conftest.py),
-# under a minute: for the edit-test loop. `make test` stays the whole suite.
+# about a minute and a half: for the edit-test loop. `make test` stays the whole suite.
 test-fast: venv
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
