@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from service.classify import multimatch
-from service.classify.multimatch import MultiMatcher, PatternError
+from service.classify.multimatch import LiteralScanner, MultiMatcher, PatternError
 from service.classify.rules import load_signatures
 
 PATTERNS = [
@@ -92,3 +92,22 @@ def test_every_rule_example_gives_the_same_answer_without_hyperscan(
             assert [i for i in got if i not in hs.plan.confirm] == [
                 i for i in fallback.matching(ex) or [] if i not in hs.plan.confirm
             ], ex
+
+
+def test_the_block_literal_scan_finds_what_the_automaton_finds() -> None:
+    words = ["Throughput", "error", 'file "', "[e]", "core dumped"]
+    text = 'ok\nAvg prompt THROUGHPUT: 1\nFile "x.py"\n[E] core dumped\nTypeError: x\nnone\n'
+    low = text.lower()
+    expected = sorted(
+        i + len(w) - 1
+        for w in {w.lower() for w in words}
+        for i in range(len(low))
+        if low.startswith(w, i)
+    )
+    assert LiteralScanner(words).ends(text) == expected
+    assert LiteralScanner(words).ends("café error") is None  # not ASCII: the caller's automaton
+
+
+def test_without_hyperscan_the_block_literal_scan_defers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(multimatch, "hyperscan", None)
+    assert LiteralScanner(["error"]).ends("an error") is None

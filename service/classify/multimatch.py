@@ -200,3 +200,35 @@ def _compile(
     except OSError as exc:
         log.warning("cannot cache the rule database in %s: %s", cache, exc)
     return db, flags
+
+
+class LiteralScanner:
+    """Where any of ``words`` ends (caseless) in an ASCII block: one Hyperscan scan of the
+    whole block (None without Hyperscan or for a non-ASCII block: the caller's own)."""
+
+    def __init__(self, words: Sequence[str]) -> None:
+        self._db: Any = None
+        self._ends: list[int] = []
+        uniq = sorted({w.lower() for w in words if w})
+        if hyperscan is None or not uniq or not all(w.isascii() for w in uniq):
+            return
+        db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        db.compile(
+            expressions=["".join(f"\\x{ord(c):02x}" for c in w).encode() for w in uniq],
+            ids=list(range(len(uniq))),
+            flags=[hyperscan.HS_FLAG_CASELESS] * len(uniq),
+        )
+        self._db = db
+        self._scratch = hyperscan.Scratch(db)
+
+    def ends(self, text: str) -> list[int] | None:
+        """The index of the last character of every occurrence, in order, or None."""
+        if self._db is None or not text.isascii():
+            return None
+        ends = self._ends = []
+        self._db.scan(text.encode(), match_event_handler=self._on_match, scratch=self._scratch)
+        ends.sort()
+        return ends
+
+    def _on_match(self, _idx: int, _from: int, to: int, _flags: int, _ctx: Any) -> None:
+        self._ends.append(to - 1)
