@@ -75,6 +75,17 @@ def linear_regex(pattern: str, case_sensitive: bool) -> Any:
         return None
 
 
+def unsupported(pattern: str, case_sensitive: bool = False) -> str | None:
+    """Why the engine cannot take ``pattern`` (None: it can)."""
+    if hyperscan is None:
+        return None  # the RE2 set searches what it cannot take on every line
+    try:
+        _hs_flags(pattern, case_sensitive)
+    except PatternError as exc:
+        return str(exc)
+    return None
+
+
 class MultiMatcher:
     """One database of ``patterns`` ((regex, case_sensitive) each)."""
 

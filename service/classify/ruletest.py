@@ -21,6 +21,7 @@ import regex
 import yaml
 from pydantic import ValidationError
 
+from service.classify.multimatch import unsupported
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, JudgementRules, Signature, load_judgements
 from service.parse.line import parse_line
@@ -110,6 +111,10 @@ def _read(path: Path, problems: list[str]) -> list[Signature]:
             regex.compile(sig.pattern)
         except regex.error as exc:
             problems.append(f"{path}: {sig.id}: pattern is not a valid regular expression: {exc}")
+            continue
+        why = unsupported(sig.pattern, sig.case_sensitive)
+        if why is not None:
+            problems.append(f"{path}: {sig.id}: the rule engine cannot take it: {why}")
             continue
         out.append(sig)
     return out
