@@ -63,3 +63,21 @@ def test_long_lines_with_literals_anywhere() -> None:
         for text in (needle + filler, filler + needle, filler[:1500] + needle + filler):
             assert windowed(text) == full(text) == engine(text)
             assert windowed(text), needle
+
+
+class _NoEngine:
+    def matching(self, text: str) -> None:
+        return None
+
+
+def test_stage_evidence_is_the_same_from_the_engine() -> None:
+    exact = RuleBook()
+    exact._evidence_engine = _NoEngine()  # type: ignore[assignment]
+    n = 0
+    for path in sorted((ROOT / "tests/corpus/cases").glob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            msg = parse_line(line).message
+            if msg:
+                assert RB.stage_evidence(msg, None) == exact.stage_evidence(msg, None), msg[:200]
+                n += RB.stage_evidence(msg, None) is not None
+    assert n > 100
