@@ -5,6 +5,7 @@ takes."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,11 @@ def test_the_block_literal_scan_finds_what_the_automaton_finds() -> None:
 def test_without_hyperscan_the_block_literal_scan_defers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(multimatch, "hyperscan", None)
     assert LiteralScanner(["error"]).ends("an error") is None
+
+
+def test_threads_scan_one_database_at_once(tmp_path: Path) -> None:
+    mm = MultiMatcher(PATTERNS, tmp_path)
+    want = answers(mm)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: [answers(mm) for _ in range(200)], range(8)))
+    assert all(a == want for batch in got for a in batch)

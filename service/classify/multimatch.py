@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,7 +93,7 @@ class MultiMatcher:
     def __init__(self, patterns: Sequence[tuple[str, bool]], cache: Path | None = None) -> None:
         self._hs: Any = None
         self._set: Any = None
-        self._hits: list[int] = []
+        self._local = threading.local()  # a scan's scratch space is one thread's
         self.engine = "hyperscan" if hyperscan is not None else "re2"
         self.plan: Plan
         if hyperscan is None:
@@ -128,7 +129,7 @@ class MultiMatcher:
             flags = [_hs_flags(p, cs) for p, cs in patterns]
             loaded = _compile(patterns, flags, cache, key)
         self._hs, flags = loaded
-        self._scratch = hyperscan.Scratch(self._hs)
+        self._local.scratch = hyperscan.Scratch(self._hs)  # this thread's; others: on demand
         confirm = {i for i, f in enumerate(flags) if f & hyperscan.HS_FLAG_PREFILTER}
         return Plan(frozenset(range(len(patterns))) - confirm, frozenset(confirm), frozenset())
 
@@ -141,13 +142,28 @@ class MultiMatcher:
         if self._set is not None:
             ids = self._set_ids
             return sorted(ids[i] for i in self._set.Match(text) or ())
-        hits = self._hits = []
-        self._hs.scan(text.encode(), match_event_handler=self._on_match, scratch=self._scratch)
+        hits: list[int] = []
+        self._hs.scan(
+            text.encode(), match_event_handler=_add_id, context=hits, scratch=_scratch(self)
+        )
         hits.sort()
         return hits
 
-    def _on_match(self, idx: int, _from: int, _to: int, _flags: int, _ctx: Any) -> None:
-        self._hits.append(idx)
+
+def _scratch(owner: MultiMatcher | LiteralScanner) -> Any:
+    """The calling thread's scratch space for ``owner``'s database."""
+    scratch = getattr(owner._local, "scratch", None)
+    if scratch is None:
+        scratch = owner._local.scratch = hyperscan.Scratch(owner._hs)
+    return scratch
+
+
+def _add_id(idx: int, _from: int, _to: int, _flags: int, hits: list[int]) -> None:
+    hits.append(idx)
+
+
+def _add_end(_idx: int, _from: int, to: int, _flags: int, ends: list[int]) -> None:
+    ends.append(to - 1)
 
 
 def _hs_flags(pattern: str, case_sensitive: bool) -> int:
@@ -218,8 +234,8 @@ class LiteralScanner:
     whole block (None without Hyperscan or for a non-ASCII block: the caller's own)."""
 
     def __init__(self, words: Sequence[str]) -> None:
-        self._db: Any = None
-        self._ends: list[int] = []
+        self._hs: Any = None
+        self._local = threading.local()
         uniq = sorted({w.lower() for w in words if w})
         if hyperscan is None or not uniq or not all(w.isascii() for w in uniq):
             return
@@ -229,17 +245,16 @@ class LiteralScanner:
             ids=list(range(len(uniq))),
             flags=[hyperscan.HS_FLAG_CASELESS] * len(uniq),
         )
-        self._db = db
-        self._scratch = hyperscan.Scratch(db)
+        self._hs = db
+        self._local.scratch = hyperscan.Scratch(db)
 
     def ends(self, text: str) -> list[int] | None:
         """The index of the last character of every occurrence, in order, or None."""
-        if self._db is None or not text.isascii():
+        if self._hs is None or not text.isascii():
             return None
-        ends = self._ends = []
-        self._db.scan(text.encode(), match_event_handler=self._on_match, scratch=self._scratch)
+        ends: list[int] = []
+        self._hs.scan(
+            text.encode(), match_event_handler=_add_end, context=ends, scratch=_scratch(self)
+        )
         ends.sort()
         return ends
-
-    def _on_match(self, _idx: int, _from: int, to: int, _flags: int, _ctx: Any) -> None:
-        self._ends.append(to - 1)
