@@ -154,7 +154,7 @@ class PatternIndex:
         for idx in found:
             m: Any = None
             if idx not in self._confirm and self._extract[idx] is not None:
-                m = self._extract[idx].search(message)
+                m = LazyMatch(self._extract[idx], message)
             else:
                 try:
                     m = self._compiled[idx].search(message, timeout=MATCH_TIMEOUT_S)
@@ -209,6 +209,36 @@ class PatternIndex:
             if m is not None:
                 return m
         return None
+
+
+class LazyMatch:
+    """The match of a pattern the engine found in a line, searched (RE2) only when asked
+    for: most hits need only the fact that they match."""
+
+    __slots__ = ("_pattern", "_text", "_m")
+
+    def __init__(self, pattern: Any, text: str) -> None:
+        self._pattern, self._text, self._m = pattern, text, None
+
+    def _match(self) -> Any:
+        if self._m is None:
+            self._m = self._pattern.search(self._text)
+        return self._m
+
+    def group(self, *index: int | str) -> Any:
+        return self._match().group(*index)
+
+    def groups(self) -> tuple[Any, ...]:
+        return tuple(self._match().groups())
+
+    def span(self, index: int | str = 0) -> tuple[int, int]:
+        return tuple(self._match().span(index))
+
+    def start(self, index: int | str = 0) -> int:
+        return int(self._match().start(index))
+
+    def end(self, index: int | str = 0) -> int:
+        return int(self._match().end(index))
 
 
 class SignatureMatcher:
