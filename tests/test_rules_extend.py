@@ -96,6 +96,7 @@ def test_invalid_rules_are_one_line_each(tmp_path: Path, capsys: pytest.CaptureF
         {**TEAM_RULE, "category": "disk_full"},
         {**TEAM_RULE, "id": "bad-regex", "pattern": "(unclosed"},
         {k: v for k, v in TEAM_RULE.items() if k != "examples"} | {"id": "no-ex"},
+        {**TEAM_RULE, "id": "recursive", "pattern": r"Read-only(?R)?"},
     )
     code, out, err = run("rules", "test", str(d), capsys=capsys)
     assert code == 2 and out == ""
@@ -110,6 +111,10 @@ def test_invalid_rules_are_one_line_each(tmp_path: Path, capsys: pytest.CaptureF
     )
     assert lines[2] == (
         f"vllm-sentinel rules: rules: {d / 'team.yaml'}: no-ex: examples: Field required"
+    )
+    assert lines[3].startswith(  # valid for regex, but no linear-time engine takes it
+        f"vllm-sentinel rules: rules: {d / 'team.yaml'}: recursive: the rule engine cannot "
+        "take it: pattern 'Read-only(?R)?': Hyperscan cannot compile it"
     )
     code, _, err = run("rules", "test", str(tmp_path / "nope"), capsys=capsys)
     assert (

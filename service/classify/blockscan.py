@@ -31,6 +31,7 @@ import ahocorasick
 from service import metrics
 from service.classify.engine import Classifier
 from service.classify.incident import MAX_EVIDENCE, Change, Incident
+from service.classify.multimatch import LiteralScanner
 from service.classify.stream_state import STARTING
 from service.ingest.container_lines import split_cri
 from service.ingest.envelope import MAX_LINE, Format, decode_line
@@ -100,18 +101,27 @@ class BlockScanner:
         self.usable = bool(lits) and bool(gate)
         self.starting = _automaton([*(lits or []), *gate, *STARTUP_WORDS])
         self.serving = _automaton([*gate, *SERVING_WORDS])
+        self.serving_hs = LiteralScanner([*gate, *SERVING_WORDS])  # the same words
 
-    def hits(self, low: str) -> BlockHits:
-        return BlockHits(self, low)
+    def hits(self, text: str) -> BlockHits:
+        return BlockHits(self, text)
 
 
 class BlockHits:
-    """Where the literals of each automaton end in one block (one pass each, on demand:
-    converting a block for the automaton costs as much as scanning it)."""
+    """Where the literals of each automaton end in one block (one pass each, on demand):
+    the serving words by one Hyperscan scan of an ASCII block, else by the automaton over
+    the lowercased block."""
 
-    def __init__(self, scanner: BlockScanner, low: str) -> None:
-        self._scanner, self._low = scanner, low
+    def __init__(self, scanner: BlockScanner, text: str) -> None:
+        self._scanner, self._text = scanner, text
+        self._lowered: str | None = None
         self._serving_ends: list[int] | None = None
+
+    @property
+    def _low(self) -> str:
+        if self._lowered is None:
+            self._lowered = self._text.lower()
+        return self._lowered
 
     def next(self, start: int, serving: bool) -> int | None:
         """Index of the end of the first literal found at or after ``start``."""
@@ -119,7 +129,10 @@ class BlockHits:
             return self._windowed(start)
         ends = self._serving_ends
         if ends is None:
-            ends = self._serving_ends = [end for end, _ in self._scanner.serving.iter(self._low)]
+            ends = self._scanner.serving_hs.ends(self._text)
+            if ends is None:
+                ends = [end for end, _ in self._scanner.serving.iter(self._low)]
+            self._serving_ends = ends
         i = bisect.bisect_left(ends, start)
         return ends[i] if i < len(ends) else None
 
@@ -223,7 +236,7 @@ def classify_file(
             for line in text.split("\n")[:-1]:
                 feed(line)
             continue
-        hits = scanner.hits(text.lower())
+        hits = scanner.hits(text)
         pos, end = 0, len(text)
         while pos < end:
             st = clf.state(key)  # a new run may bring a new state object

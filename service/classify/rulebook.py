@@ -11,6 +11,7 @@ from typing import Any
 import regex
 
 from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
+from service.classify.multimatch import MultiMatcher
 from service.classify.redaction import Redactor, load_redactor
 from service.classify.rules import (
     RULES_DIR,
@@ -107,6 +108,10 @@ class RuleBook:
             for stage, pats in self.stage_rules.evidence.items()
             for p in pats
         ]
+        # the same patterns in the linear-time engine (the first that matches wins)
+        self._evidence_engine = MultiMatcher(
+            [(p.pattern, True) for pats in self.stage_rules.evidence.values() for p in pats]
+        )
         self._tags: list[tuple[int, Any]] = []
         patterns: list[tuple[str, list[str] | None, bool]] = []
 
@@ -178,12 +183,26 @@ class RuleBook:
         """The stage the failing line itself points to (what it talks about, else its
         logger's file), or None."""
         head = message[:2000]
+        found = self._evidence_engine.matching(head)
+        if found is not None:  # ASCII: the engine's answer, prefiltered ones confirmed
+            confirm = self._evidence_engine.plan.confirm
+            for idx in found:
+                stage, pattern = self._evidence[idx]
+                try:
+                    if idx not in confirm or pattern.search(head, timeout=0.05):
+                        return stage
+                except TimeoutError:
+                    continue
+            return self._file_stage(fileinfo)
         for stage, pattern in self._evidence:
             try:
                 if pattern.search(head, timeout=0.05):
                     return stage
             except TimeoutError:
                 continue
+        return self._file_stage(fileinfo)
+
+    def _file_stage(self, fileinfo: str | None) -> str | None:
         if fileinfo:
             name = fileinfo.rsplit(":", 1)[0].rsplit("/", 1)[-1]
             return self.file_stage.get(name)

@@ -23,6 +23,7 @@ import regex
 import yaml
 from pydantic import ValidationError
 
+from service.classify.multimatch import unsupported
 from service.classify.redaction import (
     REDACTION_FILE,
     RedactionLoadError,
@@ -96,7 +97,7 @@ def _judgements(rules_dir: Path, teams: list[Path], problems: list[str]) -> Judg
     return None
 
 
-def _read(path: Path, problems: list[str]) -> list[Signature]:
+def _read(path: Path, problems: list[str], shipped: bool = False) -> list[Signature]:
     try:
         with path.open(encoding="utf-8") as fh:
             data = yaml.safe_load(fh) or {}
@@ -127,6 +128,10 @@ def _read(path: Path, problems: list[str]) -> list[Signature]:
         except regex.error as exc:
             problems.append(f"{path}: {sig.id}: pattern is not a valid regular expression: {exc}")
             continue
+        why = None if shipped else unsupported(sig.pattern, sig.case_sensitive)
+        if why is not None:  # (the shipped rules are in the cached database: checked there)
+            problems.append(f"{path}: {sig.id}: the rule engine cannot take it: {why}")
+            continue
         out.append(sig)
     return out
 
@@ -143,7 +148,7 @@ def load_rule_set(
     by_id: dict[str, Signature] = {}
     rs = RuleSet(signatures=[])
     for path in sorted((rules_dir / "signatures").glob("*.yaml")):
-        for sig in _read(path, problems):
+        for sig in _read(path, problems, shipped=True):
             by_id[sig.id] = sig
             rs.source[sig.id] = str(path.relative_to(rules_dir.parent))
             rs.status[sig.id] = SHIPPED

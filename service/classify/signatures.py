@@ -1,5 +1,8 @@
-"""All signatures compiled into one matcher: an Aho-Corasick literal prefilter, then the
-few candidate regexes, each bounded in time so a hostile line cannot stall the process."""
+"""All rule patterns compiled into one matcher: the linear-time multi-pattern engine
+(:mod:`.multimatch`) says which patterns match a line; a matched line is searched again
+only by the patterns it matched, to give their match (spans, groups), with RE2 (linear
+time). Lines the engine does not answer (non-ASCII) take the exact path: an Aho-Corasick
+literal prefilter, then the few candidate regexes, each bounded in time."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from typing import Any
 import ahocorasick
 import regex
 
+from service.classify.multimatch import MultiMatcher, linear_regex
 from service.classify.rules import Signature
 
 log = logging.getLogger(__name__)
@@ -113,6 +117,11 @@ class PatternIndex:
         self._has_auto = bool(by_literal)
         if self._has_auto:
             self._auto.make_automaton()
+        self._engine = MultiMatcher([(p, cs) for p, _, cs in patterns])
+        self._extract = [linear_regex(p, cs) for p, _, cs in patterns]
+        plan = self._engine.plan
+        self._unseen = sorted(plan.unseen)
+        self._confirm = plan.confirm | plan.unseen  # matched by the engine: not yet final
 
     @property
     def has_unfiltered(self) -> bool:
@@ -132,7 +141,32 @@ class PatternIndex:
         return spans
 
     def search(self, message: str) -> list[tuple[int, Any]]:
-        """(pattern index, match) for every pattern that matches ``message``.
+        """(pattern index, match) for every pattern that matches ``message``: the engine's
+        answer, or the exact path for a line it does not answer."""
+        if not message:
+            return []
+        found = self._engine.matching(message)
+        if found is None:
+            return self.search_exact(message)
+        if self._unseen:
+            found = sorted({*found, *self._unseen})
+        hits: list[tuple[int, Any]] = []
+        for idx in found:
+            m: Any = None
+            if idx not in self._confirm and self._extract[idx] is not None:
+                m = LazyMatch(self._extract[idx], message)
+            else:
+                try:
+                    m = self._compiled[idx].search(message, timeout=MATCH_TIMEOUT_S)
+                except TimeoutError:
+                    log.warning("pattern %d timed out on a %d-char line", idx, len(message))
+            if m is not None:
+                hits.append((idx, m))
+        return hits
+
+    def search_exact(self, message: str) -> list[tuple[int, Any]]:
+        """(pattern index, match) for every pattern that matches ``message``, by the
+        prefilter and the bounded regexes.
 
         A pattern of bounded width is searched only around the occurrences of its literals
         (every match contains one, so it lies within ``width`` of it): a long line full of
@@ -175,6 +209,36 @@ class PatternIndex:
             if m is not None:
                 return m
         return None
+
+
+class LazyMatch:
+    """The match of a pattern the engine found in a line, searched (RE2) only when asked
+    for: most hits need only the fact that they match."""
+
+    __slots__ = ("_pattern", "_text", "_m")
+
+    def __init__(self, pattern: Any, text: str) -> None:
+        self._pattern, self._text, self._m = pattern, text, None
+
+    def _match(self) -> Any:
+        if self._m is None:
+            self._m = self._pattern.search(self._text)
+        return self._m
+
+    def group(self, *index: int | str) -> Any:
+        return self._match().group(*index)
+
+    def groups(self) -> tuple[Any, ...]:
+        return tuple(self._match().groups())
+
+    def span(self, index: int | str = 0) -> tuple[int, int]:
+        return tuple(self._match().span(index))
+
+    def start(self, index: int | str = 0) -> int:
+        return int(self._match().start(index))
+
+    def end(self, index: int | str = 0) -> int:
+        return int(self._match().end(index))
 
 
 class SignatureMatcher:

@@ -105,11 +105,11 @@ def serving_stats(st: StreamState, text: str, rules: ServingRules) -> list[Judge
         else st.facts.get("enable_prefix_caching") == "True"
     )
     state = st.extra.setdefault("stats", {})
+    found = serving.judge(text, state, expected, rules)
+    if not found:  # the common case: no line to clean
+        return []
     line = L.clean(text)
-    return [
-        Judgement(j.rule, j.category, j.detail, line)
-        for j in serving.judge(text, state, expected, rules)
-    ]
+    return [Judgement(j.rule, j.category, j.detail, line) for j in found]
 
 
 def stall(
