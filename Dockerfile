@@ -42,9 +42,12 @@ RUN pip install /tmp/dist/vllm_sentinel-*.whl \
 # here: setting its host in the environment would also re-enable it where a config file
 # turns it off (sources.forward: null, as in deploy/kubernetes/overlays/replicated). SQLite is the
 # single-replica default; several replicas need SENTINEL_STORE__URL=postgresql://...
+# The compiled rule database is cached on the volume too (the root filesystem may be
+# read-only; without a writable cache it is rebuilt at each start, ~1 s).
 ENV SENTINEL_API__HOST=0.0.0.0 \
     SENTINEL_API__PORT=8080 \
-    SENTINEL_STORE__URL=sqlite:////var/lib/vllm-sentinel/sentinel.db
+    SENTINEL_STORE__URL=sqlite:////var/lib/vllm-sentinel/sentinel.db \
+    SENTINEL_CACHE_DIR=/var/lib/vllm-sentinel/cache
 
 USER 10001:10001
 WORKDIR /var/lib/vllm-sentinel
