@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sqlalchemy import create_engine, inspect, text
+
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 SOURCE = REAL / "model-unavailable-offline.log"
 
@@ -44,3 +46,14 @@ def write_secret_log(path: Path) -> Path:
 def leaked(text: str) -> list[str]:
     """The planted secrets found in ``text``."""
     return [s for s in SECRETS if s in text]
+
+
+def dump_tables(url: str) -> str:
+    """Every row of every table of the store at ``url``, one ``repr`` a line."""
+    eng = create_engine(url)
+    out = []
+    with eng.connect() as c:
+        for table in inspect(eng).get_table_names():
+            out += [repr(tuple(row)) for row in c.execute(text(f'SELECT * FROM "{table}"'))]
+    eng.dispose()
+    return "\n".join(out)

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
 
 from tests.e2e_support import (
     Sentinel,
@@ -25,7 +24,7 @@ from tests.e2e_support import (
     webhook,
 )
 from tests.receiver import Receiver
-from tests.secrets_support import leaked, secret_lines
+from tests.secrets_support import dump_tables, leaked, secret_lines
 
 pytestmark = pytest.mark.slow
 
@@ -46,16 +45,6 @@ def records() -> list[dict[str, object]]:
         }
         for i, line in enumerate(lines)
     ]
-
-
-def dump_tables(url: str) -> str:
-    eng = create_engine(url)
-    out = []
-    with eng.connect() as c:
-        for table in inspect(eng).get_table_names():
-            out += [repr(tuple(row)) for row in c.execute(text(f'SELECT * FROM "{table}"'))]
-    eng.dispose()
-    return "\n".join(out)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import yaml
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, inspect, text
 
 from service import metrics, ratelog
 from service.app import web_app
@@ -26,7 +25,7 @@ from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.cli import main
 from service.records import LogRecord
 from tests.api_support import WRITE, close_context, json_array, make_context
-from tests.secrets_support import SECRETS, leaked, secret_lines, write_secret_log
+from tests.secrets_support import SECRETS, dump_tables, leaked, secret_lines, write_secret_log
 
 SHIPPED = load_redactor(RULES_DIR)
 
@@ -147,16 +146,6 @@ def test_without_the_door_the_same_log_leaks() -> None:
     recs = [LogRecord("s", line) for line in secret_lines()]
     reports = classify_records(recs, Classifier(rb))
     assert leaked(json.dumps(reports, default=str)) != []
-
-
-def dump_tables(url: str) -> str:
-    eng = create_engine(url)
-    out = []
-    with eng.connect() as c:
-        for table in inspect(eng).get_table_names():
-            out += [repr(tuple(row)) for row in c.execute(text(f'SELECT * FROM "{table}"'))]
-    eng.dispose()
-    return "\n".join(out)
 
 
 def test_ingest_stores_and_serves_no_secret(tmp_path: Path) -> None:
