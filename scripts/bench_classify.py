@@ -33,9 +33,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from service.classify.loader import build_classifier  # noqa: E402
-from service.classify.report import classify_records  # noqa: E402
 from service.classify.rules import RULES_DIR, load_signatures  # noqa: E402
 from service.classify.signatures import derive_literals  # noqa: E402
+from service.offline.report import classify_records  # noqa: E402
 from service.sources.files import read_file  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,11 +29,11 @@ from typing import Any, Protocol
 
 from service import metrics
 from service.classify.engine import Classifier
-from service.classify.incident import Change, Incident
-from service.classify.incident_json import IncidentBody, IncidentSummary
-from service.classify.stream_state import StreamSnapshot
-from service.classify.tracker import NoveltySnapshot, Saves, Versioned
-from service.classify.workload import WorkloadSnapshot
+from service.classify.tracker import Saves
+from service.incidents.incident import Change, Incident
+from service.incidents.incident_json import IncidentBody, IncidentSummary
+from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot, Versioned
+from service.incidents.workload import WorkloadSnapshot
 from service.records import LogRecord, Position
 from service.store import (
     BatchEffects,

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from service.classify.incident import Incident
+from service.incidents.incident import Incident
 from service.store import BatchEffects, IncidentWrite, Store
 from tests.receiver import Receiver, Request
 from tests.test_store import REAL, classifier, k8s, kafka_records

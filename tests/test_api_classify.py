@@ -15,8 +15,8 @@ from service.api import create_app
 from service.api.routers import classify as classify_route
 from service.classify.engine import Classifier
 from service.classify.novelty import NoveltyDetector
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.sources.files import read_file
 from tests.api_support import CORPUS, REAL, close_context, label, make_context
 

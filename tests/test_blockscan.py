@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from service.classify import blockscan
 from service.classify.engine import Classifier
 from service.classify.loader import build_classifier
-from service.classify.report import classify_paths, classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.envelope import Format
+from service.offline import blockscan
+from service.offline.report import classify_paths, classify_records
 from service.sources.files import read_files
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -4,9 +4,9 @@ orderly shutdown, restarts, facts. Lines are real vLLM / torch / NCCL wordings."
 from __future__ import annotations
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.stream_state import StreamState
+from service.offline.report import classify_records
 from service.records import LogRecord
 
 HEALTHY_V1 = """\

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.sources.files import read_file
 from tests.conftest import CORPUS
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from service.classify.engine import Classifier
-from service.classify.fleet import find_fleet, fleet_id, fleet_incident, fleet_keys
 from service.classify.rulebook import RuleBook
+from service.classify.rules import load_judgements
+from service.incidents.fleet import find_fleet, fleet_id, fleet_incident, fleet_keys
 from service.records import LogRecord
 
 RB = RuleBook()
@@ -32,9 +33,12 @@ def failing_pod(i: int, driver: str = "575.57.08", ns: str = "llm") -> dict:
     return changes[0].incident.to_dict()
 
 
+PRONE = frozenset(load_judgements().fleet.prone_categories)
+
+
 def test_twelve_pods_on_one_driver_branch_form_one_fleet() -> None:
     pods = [failing_pod(i) for i in range(12)]
-    found = find_fleet(pods[-1], pods[:-1], threshold=3)
+    found = find_fleet(pods[-1], pods[:-1], threshold=3, prone=PRONE)
     assert found is not None
     key, value, members = found
     assert (key, value) == ("driver_branch", "r575")
@@ -47,9 +51,9 @@ def test_twelve_pods_on_one_driver_branch_form_one_fleet() -> None:
 
 def test_below_threshold_or_different_keys_is_no_fleet() -> None:
     pods = [failing_pod(0), failing_pod(1)]
-    assert find_fleet(pods[0], pods[1:], threshold=3) is None
+    assert find_fleet(pods[0], pods[1:], threshold=3, prone=PRONE) is None
     mixed = [failing_pod(i, driver=f"5{70 + i}.10.01", ns=f"ns{i}") for i in range(4)]
-    found = find_fleet(mixed[0], mixed[1:], threshold=3)
+    found = find_fleet(mixed[0], mixed[1:], threshold=3, prone=PRONE)
     assert found is not None and found[0] == "image"  # they still share the image
 
 

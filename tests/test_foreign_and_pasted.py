@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from service.classify.loader import build_classifier
-from service.classify.report import classify_records
+from service.offline.report import classify_records
 from service.parse.line import CODE, EMPTY, EXCEPTION, FRAME, TORCH, VLLM, parse_line
 from service.records import LogRecord
 

@@ -13,11 +13,11 @@ import pytest
 
 from service.api.timespec import MAX_LEN, parse_duration, parse_instant
 from service.classify.loader import build_classifier
-from service.classify.masking import LINE_CAP, mask
 from service.classify.redaction import LINE_CAP as REDACT_CAP
 from service.classify.rules import RULES_DIR, load_signatures
 from service.classify.signatures import derive_literals
 from service.parse.line import PATTERN_CAP, parse_line
+from service.parse.masking import LINE_CAP, mask
 from tests.e2e_support import Sentinel, free_port, service_config
 
 MB = 1_000_000

@@ -4,8 +4,8 @@ now, prefix-caching and capacity warnings, the playbook."""
 from __future__ import annotations
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.records import LogRecord
 from tests.test_engine import HEALTHY_V1, STARTUP
 

@@ -18,9 +18,9 @@ from typing import Any
 from fluent.sender import FluentSender
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.envelope import decode_line, decode_record
+from service.offline.report import classify_records
 from service.records import LogRecord
 from service.sources.files import read_file, read_files
 from service.sources.forward.server import ForwardServer

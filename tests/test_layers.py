@@ -9,6 +9,8 @@ Read from the code itself (every ``import`` in ``service/``, those inside functi
   sub-commands load only what they run);
 * ``service.training`` (fitting and evaluating the text model, the ``[train]`` extra) is
   imported only by the CLI;
+* ``store`` and ``notify`` import no ``service.classify`` (incidents reach them as the shapes
+  of ``service.incidents``);
 * no module over 450 lines.
 """
 
@@ -28,9 +30,11 @@ MAX_LINES = 450
 FLOORS: list[tuple[str, ...]] = [
     ("records", "labels", "config", "taxonomy", "metrics", "ratelog", "netguard", "shipped"),
     ("parse",),
+    ("incidents",),
     ("ingest",),
     ("sources",),
     ("classify",),
+    ("offline",),
     ("store",),
     ("pipeline", "notify"),
     ("context",),
@@ -43,6 +47,8 @@ FLOORS: list[tuple[str, ...]] = [
 FLOOR = {name: n for n, names in enumerate(FLOORS) for name in names}
 LAZY_OK = {"cli"}  # the CLI's modules import their commands' modules when they run
 TRAINING_IMPORTERS = {"cli"}  # the pieces that may import service.training
+# the pieces that read incidents only as shapes (service.incidents), never the classifier
+SHAPES_ONLY = {"store", "notify"}
 
 
 def modules() -> dict[str, Path]:
@@ -189,6 +195,16 @@ def test_only_the_cli_imports_the_training_package() -> None:
         if piece(dst) == "training" and piece(src) != "training"
     }
     assert importers <= TRAINING_IMPORTERS
+
+
+def test_the_store_and_notify_know_incidents_only_as_shapes() -> None:
+    leaks = {
+        (src, dst)
+        for src, targets in RUNTIME.items()
+        for dst in targets
+        if piece(src) in SHAPES_ONLY and piece(dst) == "classify"
+    }
+    assert leaks == set()
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

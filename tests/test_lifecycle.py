@@ -42,7 +42,7 @@ for mod in pkgutil.walk_packages(service.__path__, "service."):
     if ".migrations" not in mod.name:
         importlib.import_module(mod.name)
 from service.classify.loader import build_classifier
-from service.classify.report import classify_paths
+from service.offline.report import classify_paths
 clf = build_classifier()
 assert clf.model is not None
 (rep,) = classify_paths([sys.argv[1]], clf)

@@ -7,7 +7,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.classify.masking import mask, mask_lines
+from service.parse.masking import mask, mask_lines
 
 
 def test_numbers_become_num():

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from service.api.app import create_app
+from service.classify.rules import load_judgements
 from service.config import FleetSettings, NotifySettings, ReceiverSettings, Settings
 from service.context import ServiceContext
 from service.notify.dispatcher import Dispatcher
@@ -129,6 +130,7 @@ def fleet_dispatcher(
         instance_id=instance,
         clock=clock,
         fleet=fleet or FleetSettings(threshold=3, window_s=900, hold_s=HOLD),
+        fleet_prone=frozenset(load_judgements().fleet.prone_categories),
         **kw,
     )
 

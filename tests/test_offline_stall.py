@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.cli import main
 from service.ingest.timestamps import line_time
+from service.offline.report import classify_records
 from service.records import LogRecord
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
 from service.cli import main
+from service.offline.report import classify_records
 from service.sources.files import read_files
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"

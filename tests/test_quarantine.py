@@ -7,8 +7,8 @@ from typing import Any
 
 from service import metrics
 from service.classify.engine import Classifier
-from service.classify.incident import Change
 from service.classify.rulebook import RuleBook
+from service.incidents.incident import Change
 from service.pipeline import Pipeline
 from service.records import LogRecord
 from service.store import Store

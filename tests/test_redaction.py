@@ -18,11 +18,11 @@ from service import metrics, ratelog
 from service.app import web_app
 from service.classify.engine import Classifier
 from service.classify.redaction import Blocks, Redactor, load_redactor
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR
 from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.cli import main
+from service.offline.report import classify_records
 from service.records import LogRecord
 from tests.api_support import WRITE, close_context, json_array, make_context
 from tests.secrets_support import SECRETS, dump_tables, leaked, secret_lines, write_secret_log

@@ -4,8 +4,8 @@ copy of it), never the same cascade from every rank."""
 from __future__ import annotations
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.records import LogRecord
 
 RB = RuleBook()

@@ -3,7 +3,7 @@ LeaderWorkerSet pods keep theirs (another ordinal is another replica, running be
 
 from __future__ import annotations
 
-from service.classify.workload import restart_unit
+from service.incidents.workload import restart_unit
 
 
 def meta(pod: str, **labels: str) -> dict:

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from service.classify.engine import Classifier
-from service.classify.incident import Change
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.stream_state import StreamState
+from service.incidents.incident import Change
 from service.ingest.kube import kube_records
+from service.offline.report import classify_records
 from service.records import LogRecord
 from service.sources.files import read_files
 

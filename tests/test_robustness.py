@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from service import metrics
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.parse.line import parse_line
 from service.records import LogRecord
 from service.sources.files import read_file

@@ -12,10 +12,10 @@ import yaml
 
 from service.app import rulebook_for
 from service.classify.engine import Classifier
-from service.classify.report import classify_records
 from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 from service.cli import main
 from service.config import Settings
+from service.offline.report import classify_records
 from service.records import LogRecord
 from service.sources.files import read_file
 

@@ -11,13 +11,12 @@ import yaml
 
 from service.app import rulebook_for
 from service.classify.engine import Classifier
-from service.classify.fleet import FLEET_PRONE
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_judgements, merge_judgements
 from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.config import Settings
 from service.ingest.timestamps import line_time
+from service.offline.report import classify_records
 from service.records import LogRecord
 from tests.test_engine import HEALTHY_V1
 
@@ -54,7 +53,7 @@ def test_the_shipped_file_holds_the_documented_defaults() -> None:
     assert (j.waiting.repeats, j.waiting.min_span_s) == (5, 120)
     assert (j.restarts.gap_s, j.restarts.pending_wait_s) == (5, 60)
     assert [m.id for m in j.prefix_caching.off_by_default] == ["kimi-k3"]
-    assert FLEET_PRONE == frozenset(j.fleet.prone_categories) >= {"nccl_error", "gpu_not_visible"}
+    assert frozenset(j.fleet.prone_categories) >= {"nccl_error", "gpu_not_visible"}
     assert {"KeyboardInterrupt", "asyncio.CancelledError"} <= RB.benign_exceptions
     assert Classifier(RB).stall_deadlines == deadlines
 
@@ -160,12 +159,12 @@ def test_a_directory_may_hold_only_judgements_and_they_are_no_signatures(tmp_pat
 def test_a_team_fleet_prone_list_reaches_the_fleet_hold_and_the_store(tmp_path: Path) -> None:
     """Fleet grouping reads the rule book's list (a team's override included), not only the
     shipped one: the dispatcher holds such an incident's page for its fleet."""
-    from service.classify.fleet import find_fleet
     from service.config import FleetSettings
+    from service.incidents.fleet import find_fleet
     from service.notify.dispatcher import Dispatcher
     from service.store import Store
 
-    assert "oom_kv_cache" not in FLEET_PRONE
+    assert "oom_kv_cache" not in load_judgements().fleet.prone_categories
     d = team(tmp_path, {"fleet": {"prone_categories": ["oom_kv_cache"]}})
     rb = rulebook_for(Settings(rules={"dirs": [str(d)]}))
     prone = frozenset(rb.judgements.fleet.prone_categories)
@@ -173,7 +172,10 @@ def test_a_team_fleet_prone_list_reaches_the_fleet_hold_and_the_store(tmp_path: 
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     store.migrate()
     try:
-        shipped = Dispatcher(store, [], instance_id="a", fleet=FleetSettings())
+        shipped_prone = frozenset(load_judgements().fleet.prone_categories)
+        shipped = Dispatcher(
+            store, [], instance_id="a", fleet=FleetSettings(), fleet_prone=shipped_prone
+        )
         teams = Dispatcher(store, [], instance_id="b", fleet=FleetSettings(), fleet_prone=prone)
         kv = {"severity": "critical", "primary": {"category": "oom_kv_cache"}, "meta": {}}
         assert shipped.fleet is not None and not shipped.fleet.prone(kv)
@@ -190,7 +192,10 @@ def test_a_team_fleet_prone_list_reaches_the_fleet_hold_and_the_store(tmp_path: 
         }
         for n in range(3)
     ]
-    assert find_fleet(members[0], members[1:], 3) is None
+    assert (
+        find_fleet(members[0], members[1:], 3, frozenset(load_judgements().fleet.prone_categories))
+        is None
+    )
     found = find_fleet(members[0], members[1:], 3, prone)
     assert found is not None and found[:2] == ("image", "vllm/vllm-openai:v0.11.0")
 

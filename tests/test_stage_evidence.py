@@ -9,8 +9,8 @@ import itertools
 import pytest
 
 from service.classify.loader import build_classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.records import LogRecord
 
 RB = RuleBook()

@@ -8,7 +8,7 @@ import time
 from service.classify.engine import Classifier
 from service.classify.rulebook import RuleBook
 from service.classify.tracker import StreamTracker
-from service.classify.workload import MAX_WORKLOADS
+from service.incidents.workload import MAX_WORKLOADS
 from service.pipeline import Pipeline
 from service.records import LogRecord
 from service.store import Store

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from service.classify.masking import mask
 from service.classify.model_artifact import ArtifactError
 from service.classify.text_model import Prediction, TextModel
+from service.parse.masking import mask
 from service.taxonomy import CATEGORY_TIER
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,9 @@ from typing import Any
 
 from service.classify.engine import Classifier
 from service.classify.novelty import NoveltyDetector
-from service.classify.tracker import StreamTracker, Versioned
-from service.classify.workload import WorkloadState
+from service.classify.tracker import StreamTracker
+from service.incidents.snapshots import Versioned
+from service.incidents.workload import WorkloadState
 from service.ingest.kube import kube_records
 from service.pipeline import Pipeline
 from service.records import LogRecord

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from service.classify.engine import Classifier
 from service.classify.loader import build_classifier
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.records import LogRecord
 
 RB = RuleBook()

@@ -18,12 +18,12 @@ import pytest
 from fluent.sender import FluentSender
 
 from service.classify.engine import Classifier
-from service.classify.report import classify_paths, classify_records
 from service.classify.rulebook import RuleBook
 from service.ingest.container_lines import split_cri
 from service.ingest.envelope import Format, decode_line, decode_record
 from service.ingest.joiner import Joiner
 from service.ingest.vllm_json import is_vllm_json, vllm_json_lines
+from service.offline.report import classify_paths, classify_records
 from service.parse.line import UVICORN, VLLM, parse_line
 from service.records import LogRecord
 from service.sources.files import read_file

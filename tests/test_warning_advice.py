@@ -10,9 +10,9 @@ import pytest
 
 from service.classify.engine import Classifier
 from service.classify.judgements import serving
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
+from service.offline.report import classify_records
 from service.records import LogRecord
 from tests.test_engine import HEALTHY_V1
 

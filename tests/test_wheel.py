@@ -145,7 +145,7 @@ sys.modules["sklearn"] = None  # inference must not need the [train] extra
 import service, vllm_sentinel_data.rules
 from service import metrics
 from service.classify.loader import MODELS_DIR, build_classifier
-from service.classify.report import classify_paths
+from service.offline.report import classify_paths
 from service.classify.rules import RULES_DIR
 from service.training.evaluate import macro_f1
 

@@ -948,7 +948,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds += catalogue_seeds(doc, forbidden)
     # a catalogue quote that is only part of a benign line ("Capturing CUDA graphs ...",
     # named as the place a failure happened) is not a failure wording
-    from service.classify.masking import mask as _mask
+    from service.parse.masking import mask as _mask
 
     benign = [_mask(t) for e in seeds if e["category"] == "healthy" for t in e["texts"]]
     for e in seeds:
@@ -1068,7 +1068,7 @@ def main(argv: list[str] | None = None) -> int:
     src_rows = []
     benign_all = HERE / "sources" / "vllm_log_strings.jsonl"
     if benign_all.exists() and args.benign_sample > 0:
-        from service.classify.masking import mask
+        from service.parse.masking import mask
 
         failure_masks = {mask(r["text"]) for r in real + generated if r["category"] != "healthy"}
         failure_keys = {

@@ -18,9 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from service.classify import kube, runs
-from service.classify.finding import Finding
 from service.classify.findings import Findings, TextModelLike
-from service.classify.incident import Change
 from service.classify.incident_book import IncidentBook
 from service.classify.judgements import checks
 from service.classify.judgements.judgement import Judgement
@@ -39,7 +37,9 @@ from service.classify.stream_state import (
 )
 from service.classify.tracebacks import note_frame
 from service.classify.tracker import NoveltyState, StreamTracker
-from service.classify.workload import workload_key
+from service.incidents.finding import Finding
+from service.incidents.incident import Change
+from service.incidents.workload import workload_key
 from service.parse import line as L
 from service.records import LogRecord
 

@@ -19,16 +19,16 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from service.classify.finding import Finding
-from service.classify.incident import Change, Incident
 from service.classify.judgements.judgement import Judgement
 from service.classify.judgements.playbook import first_move
-from service.classify.masking import mask
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import STARTING, StreamState
+from service.incidents.finding import Finding
+from service.incidents.incident import Change, Incident
 from service.metrics import DISAGREEMENTS, FINDINGS
 from service.parse import line as L
+from service.parse.masking import mask
 from service.taxonomy import later_stage, tier_of
 
 MODEL_PRIORITY = 35

@@ -11,8 +11,6 @@ run; everything else is the run's one ``critical`` incident.
 from __future__ import annotations
 
 from service.classify.facts import explain_compatibility
-from service.classify.finding import Finding
-from service.classify.incident import Change, Incident
 from service.classify.judgements import serving
 from service.classify.judgements.playbook import (
     first_move,
@@ -23,7 +21,9 @@ from service.classify.restarts import Restarts, link, link_of
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules
 from service.classify.stream_state import FAILED, StreamState
-from service.classify.workload import diff_facts
+from service.incidents.finding import Finding
+from service.incidents.incident import Change, Incident
+from service.incidents.workload import diff_facts
 from service.parse import line as L
 from service.taxonomy import tier_of
 

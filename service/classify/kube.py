@@ -26,10 +26,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from service.classify import restarts
-from service.classify.incident import Change, Incident
 from service.classify.judgements.playbook import restart_advice
 from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import StreamState
+from service.incidents.incident import Change, Incident
 from service.parse import line as L
 from service.records import LogRecord
 

@@ -3,7 +3,7 @@
 An event is one error-looking log message, optionally with a few context lines (a
 traceback, NCCL's ``Last error:`` block, torch's CUDA footer). :func:`key_index` picks the
 line that carries its meaning; :func:`event_fields` masks it and the whole event
-(:mod:`service.classify.masking`) into the pair every feature of the model is computed
+(:mod:`service.parse.masking`) into the pair every feature of the model is computed
 from - at training time and at run time alike, so both read an event the same way.
 Pure functions of the text.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .masking import mask, mask_lines
+from service.parse.masking import mask, mask_lines
 
 __all__ = ["event_fields", "key_index", "key_line"]
 

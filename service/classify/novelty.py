@@ -2,7 +2,7 @@
 
 ``NoveltyDetector`` wraps drain3's ``TemplateMiner`` (in memory; persistence is our own
 JSON state file, never drain3's jsonpickle snapshots, which can run code on load).
-Messages are pre-masked with :func:`service.classify.masking.mask`, so drain3 clusters
+Messages are pre-masked with :func:`service.parse.masking.mask`, so drain3 clusters
 templates rather than raw strings; the mined template is returned with each observation.
 
 A message is *novel* when drain3 created a new cluster for it. Memory is bounded: at most
@@ -24,8 +24,8 @@ from typing import Any
 from drain3 import TemplateMiner
 from drain3.template_miner_config import TemplateMinerConfig
 
-from service.classify.masking import mask
-from service.classify.tracker import NoveltySnapshot
+from service.incidents.snapshots import NoveltySnapshot
+from service.parse.masking import mask
 
 __all__ = ["NoveltyDetector"]
 

@@ -30,13 +30,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from service.classify.finding import Finding
-from service.classify.incident import Change, ChangeKind, Incident
-from service.classify.incident_json import Attempt, LastFailure, Link
 from service.classify.judgements.playbook import restart_advice
 from service.classify.rules import PlaybookRules
 from service.classify.stream_state import FAILED, STOPPED, StreamState
-from service.classify.workload import WorkloadState, restart_unit
+from service.incidents.finding import Finding
+from service.incidents.incident import Change, ChangeKind, Incident
+from service.incidents.incident_json import Attempt, LastFailure, Link
+from service.incidents.workload import WorkloadState, restart_unit
 
 ENDED, CREATED = "ended", "created"
 # clock skew allowed between the API server's event times and the node's log times

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from service.classify.incident import Change, Incident
 from service.classify.judgements.stalls import is_stall
 from service.classify.stream_state import FAILED, STARTING, STOPPED, StreamState
+from service.incidents.incident import Change, Incident
 from service.parse import line as L
 from service.taxonomy import STAGE_INDEX, later_stage
 

@@ -7,66 +7,14 @@ Kafka partition) continues a startup where it was.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from service.classify.facts import CudaTable
-from service.classify.incident import Incident
-from service.classify.incident_json import IncidentBody, LastFailure
-from service.classify.judgements.serving import ServingStats
+from service.incidents.incident import Incident
+from service.incidents.snapshots import StreamExtra, StreamSnapshot
 
 # Stream status.
 STARTING, READY, SERVING, FAILED, STOPPED = "starting", "ready", "serving", "failed", "stopped"
-
-
-class Waiting(TypedDict):
-    """The same "waiting for ..." line repeating (:func:`~.judgements.checks.waiting`)."""
-
-    template: str
-    stage: str | None
-    count: int
-    first: float | None
-
-
-class Pending(TypedDict):
-    """A restart's incident not judged yet (:mod:`~service.classify.restarts`)."""
-
-    incident: str
-    since: float | None
-
-
-class StreamExtra(TypedDict, total=False):
-    """What the checks keep on a stream (each key only once it applies)."""
-
-    waiting: Waiting  # per run
-    stats: ServingStats  # per run
-    api_pid: int  # per run: the API server's process
-    pod_life: dict[str, float | None]  # "ended" / "created" → when (restart evidence)
-    last_failure: LastFailure
-    pending: Pending
-    kube_seen: list[str]  # ids of the Kubernetes evidence read
-
-
-class StreamSnapshot(TypedDict):
-    """``StreamState.to_dict()``: the store's ``streams.state``."""
-
-    key: str
-    meta: dict[str, Any]
-    run: int
-    status: str
-    stage: str | None
-    timeline: dict[str, float]
-    facts: dict[str, str]
-    last_good_facts: dict[str, str] | None
-    shutting_down: bool
-    seq: int
-    last_time: float | None
-    first_time: float | None
-    last_line: str
-    last_stage_change: float | None
-    frame_hint: dict[str, str]
-    incidents: list[IncidentBody]
-    runs_failed: int
-    extra: StreamExtra
 
 
 @dataclass

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from service.classify.finding import Finding
-from service.classify.incident import Incident
 from service.classify.stream_state import StreamState
+from service.incidents.finding import Finding
+from service.incidents.incident import Incident
 
 Where = tuple[str, str]  # (stream key, process key)
 MAX_TRACEBACK_LINES = 80  # frame/source lines kept of one open traceback

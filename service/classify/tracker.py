@@ -27,11 +27,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypedDict, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from service.classify.stream_state import STARTING, StreamSnapshot, StreamState
+from service.classify.stream_state import STARTING, StreamState
 from service.classify.tracebacks import ProcessTracks
-from service.classify.workload import (
+from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot, Versioned
+from service.incidents.workload import (
     MAX_WORKLOADS,
     WorkloadSnapshot,
     WorkloadState,
@@ -39,29 +40,6 @@ from service.classify.workload import (
 )
 
 S = TypeVar("S")
-
-
-class NoveltyCluster(TypedDict):
-    template: str
-    size: int
-
-
-class NoveltySnapshot(TypedDict):
-    """What the novelty miner saves (``NoveltyState.to_dict()``): its settings and templates."""
-
-    version: int
-    max_clusters: int
-    similarity: float
-    depth: int
-    clusters: list[NoveltyCluster]
-
-
-@dataclass(frozen=True, slots=True)
-class Versioned(Generic[S]):
-    """A saved state and its version (bumped by every write)."""
-
-    state: S
-    version: int
 
 
 class Persistence(Protocol):

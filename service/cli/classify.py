@@ -23,7 +23,7 @@ from .rules import load_rules
 from .usage import add_command
 
 if TYPE_CHECKING:  # the command loads the classifier when it runs
-    from service.classify.report import StreamReport
+    from service.offline.report import StreamReport
 
 __all__ = ["add_parser", "run"]
 
@@ -166,7 +166,7 @@ class Progress:
 def run(args: argparse.Namespace) -> int:
     """``vllm-sentinel classify``: exit 1 on an open critical incident, 2 on bad input."""
     from service.classify.loader import build_classifier
-    from service.classify.report import classify_paths
+    from service.offline.report import classify_paths
 
     for path in args.files:
         why = _unreadable(path)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.classify.incident import Incident
-from service.classify.incident_json import IncidentBody, IncidentSummary
+from service.incidents.incident import Incident
+from service.incidents.incident_json import IncidentBody, IncidentSummary
 
 MAX_LINE_CHARS = 4096  # evidence / root-cause lines in payloads are cut to this
 

@@ -31,8 +31,8 @@ from typing import TypedDict
 import httpx
 
 from service import metrics
-from service.classify.incident_json import IncidentBody
 from service.config import NotifySettings, ReceiverSettings
+from service.incidents.incident_json import IncidentBody
 from service.notify.alert import Alert, HttpRequest, cut
 from service.ratelog import RateLimitedLog
 from service.store import Store

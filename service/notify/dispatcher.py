@@ -25,7 +25,6 @@ from collections.abc import Callable
 import httpx
 
 from service import metrics
-from service.classify.fleet import FLEET_PRONE
 from service.config import FleetSettings, NotifySettings, ReceiverSettings
 from service.notify.fleet_hold import FleetHold
 from service.notify.outbox import expand, make_route
@@ -55,7 +54,7 @@ class Dispatcher:
         http: httpx.Client | None = None,
         rng: random.Random | None = None,
         fleet: FleetSettings | None = None,
-        fleet_prone: frozenset[str] = FLEET_PRONE,
+        fleet_prone: frozenset[str] = frozenset(),
     ) -> None:
         check(receivers)
         self.store = store

@@ -15,9 +15,9 @@ own.
 
 from __future__ import annotations
 
-from service.classify.fleet import FLEET_PRONE, is_fleet
-from service.classify.incident_json import IncidentBody
 from service.config import FleetSettings, ReceiverSettings
+from service.incidents.fleet import is_fleet
+from service.incidents.incident_json import IncidentBody
 from service.notify.routing import Router
 from service.store import Claim, Store
 
@@ -29,7 +29,7 @@ class FleetHold:
         store: Store,
         router: Router,
         instance_id: str,
-        prone: frozenset[str] = FLEET_PRONE,
+        prone: frozenset[str],
     ) -> None:
         self.settings = settings
         self.prone_categories = prone

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import threading
 
-from service.classify.incident_json import IncidentBody
+from service.incidents.incident_json import IncidentBody
 from service.notify.routing import Router
 from service.store import Store
 from service.store.deliveries import Claim, Hold, Route

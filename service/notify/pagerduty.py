@@ -7,8 +7,8 @@ import json
 from datetime import UTC, datetime
 from typing import NotRequired, TypedDict
 
-from service.classify.incident_json import FleetExtra
 from service.config import ReceiverSettings
+from service.incidents.incident_json import FleetExtra
 from service.notify.alert import Alert, HttpRequest, cut
 
 SUMMARY_MAX = 1024

@@ -5,8 +5,8 @@ asks for ``severity: [warning]``."""
 
 from __future__ import annotations
 
-from service.classify.incident_json import IncidentBody
 from service.config import ReceiverSettings
+from service.incidents.incident_json import IncidentBody
 from service.labels import LABEL, matches, validate
 from service.store.views import IncidentView
 

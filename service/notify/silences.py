@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.classify.incident_json import IncidentBody
+from service.incidents.incident_json import IncidentBody
 from service.labels import matches
 from service.notify.routing import incident_labels, view_labels
 from service.store.views import IncidentView, SilenceView

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.classify.incident_json import IncidentExtra
 from service.config import ReceiverSettings
+from service.incidents.incident_json import IncidentExtra
 from service.notify.alert import Alert, HttpRequest, cut
 
 MAX_BLOCKS = 50

@@ -30,7 +30,7 @@ from typing import Any
 from sqlalchemy import exists, func, or_, select, text, update
 from sqlalchemy.engine import Connection
 
-from service.classify.incident_json import IncidentBody
+from service.incidents.incident_json import IncidentBody
 from service.store.dialect import insert, skip_locked
 from service.store.engine import is_postgres
 from service.store.schema import deliveries, incidents, outbox

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from service.classify.incident_json import IncidentBody, IncidentSummary
-from service.classify.stream_state import StreamSnapshot
-from service.classify.tracker import NoveltySnapshot
-from service.classify.workload import WorkloadSnapshot
+from service.incidents.incident_json import IncidentBody, IncidentSummary
+from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot
+from service.incidents.workload import WorkloadSnapshot
 from service.records import Position
 
 NOTIFIABLE = ("opened", "updated", "resolved")

@@ -10,7 +10,7 @@ PostgreSQL, the database write lock (``BEGIN IMMEDIATE``) on SQLite — and read
 taking it, so it sees the fleets and memberships every earlier decision committed. A second
 instance judging another pod of the same fleet therefore joins the first one's fleet instead
 of creating (and paging) another, or wrongly finding too few unattached pods and paging its
-pod alone. The id is deterministic as well (:func:`service.classify.fleet.fleet_id`), so even
+pod alone. The id is deterministic as well (:func:`service.incidents.fleet.fleet_id`), so even
 an unlocked duplicate would collide on the primary key.
 
 Row locks are taken members first, then the fleet row, both here and when a batch resolves
@@ -26,8 +26,7 @@ from typing import Any
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.engine import Connection
 
-from service.classify.fleet import (
-    FLEET_PRONE,
+from service.incidents.fleet import (
     KEYS,
     find_fleet,
     fleet_id,
@@ -36,8 +35,8 @@ from service.classify.fleet import (
     is_fleet,
     with_members,
 )
-from service.classify.incident import Incident
-from service.classify.incident_json import IncidentBody
+from service.incidents.incident import Incident
+from service.incidents.incident_json import IncidentBody
 from service.store import writes
 from service.store.dialect import insert
 from service.store.engine import is_postgres
@@ -56,7 +55,7 @@ class FleetJoin:
 
 
 def _body(row: Any) -> IncidentBody:
-    """An incident row's body as :mod:`service.classify.fleet` reads it (its id and
+    """An incident row's body as :mod:`service.incidents.fleet` reads it (its id and
     ``opened_at`` the row's)."""
     stored: IncidentBody = row.body
     body: IncidentBody = {**stored, "id": row.id}
@@ -81,7 +80,7 @@ def join(
     threshold: int,
     window_s: float,
     now: float,
-    prone: frozenset[str] = FLEET_PRONE,
+    prone: frozenset[str],
 ) -> FleetJoin | None:
     """The open fleet incident ``incident_id`` belongs to, attaching it (and creating the fleet
     when it and enough others now form one); None when it is no fleet's member."""

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from sqlalchemy import exists, func, select
 from sqlalchemy.engine import Connection
 
-from service.classify.incident_json import IncidentBody
+from service.incidents.incident_json import IncidentBody
 from service.metrics import StoreGauges
 from service.store.schema import deliveries, incidents, outbox
 

@@ -10,11 +10,10 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.engine import Connection, RowMapping
 
-from service.classify.incident import Incident
-from service.classify.incident_json import IncidentBody
-from service.classify.stream_state import StreamSnapshot
-from service.classify.tracker import NoveltySnapshot
-from service.classify.workload import WorkloadSnapshot
+from service.incidents.incident import Incident
+from service.incidents.incident_json import IncidentBody
+from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot
+from service.incidents.workload import WorkloadSnapshot
 from service.store.fleets import members as fleet_members
 from service.store.schema import (
     deliveries,

@@ -14,11 +14,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from service import metrics
-from service.classify.fleet import FLEET_PRONE
-from service.classify.incident_json import IncidentBody
-from service.classify.stream_state import StreamSnapshot
-from service.classify.tracker import NoveltySnapshot
-from service.classify.workload import WorkloadSnapshot
+from service.incidents.incident_json import IncidentBody
+from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot
+from service.incidents.workload import WorkloadSnapshot
 from service.metrics import StoreGauges
 from service.store import annotations as notes
 from service.store import deliveries, fleets, observe, queries, retention, writes
@@ -406,7 +404,7 @@ class Store:
         threshold: int,
         window_s: float,
         covers: Callable[[IncidentBody], bool],
-        prone: frozenset[str] = FLEET_PRONE,
+        prone: frozenset[str],
     ) -> str | None:
         """One transaction: find (or create, once across instances) the open fleet incident
         ``incident_id`` belongs to; when there is one and ``covers(fleet body)`` (the

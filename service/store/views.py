@@ -1,7 +1,7 @@
 """What the store's read side returns (TypedDicts: plain dicts at run time, the JSON the API
 serves and the dashboard renders).
 
-An incident is read as its summary (:class:`~service.classify.incident_json.IncidentSummary`)
+An incident is read as its summary (:class:`~service.incidents.incident_json.IncidentSummary`)
 plus what the API shows beside it (:class:`IncidentView`); one incident by id also carries
 its deliveries, feedback and, for a fleet, its members (:class:`IncidentDetail`). The API's
 response models (:mod:`service.api.schemas`) list the same fields.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from service.classify.incident_json import IncidentSummary
+from service.incidents.incident_json import IncidentSummary
 
 
 class IncidentView(IncidentSummary):

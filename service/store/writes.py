@@ -9,10 +9,10 @@ from typing import Any, TypedDict
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
-from service.classify.incident import Incident
-from service.classify.incident_json import IncidentBody
-from service.classify.stream_state import StreamSnapshot
-from service.classify.workload import WorkloadSnapshot
+from service.incidents.incident import Incident
+from service.incidents.incident_json import IncidentBody
+from service.incidents.snapshots import StreamSnapshot
+from service.incidents.workload import WorkloadSnapshot
 from service.records import Position
 from service.store.dialect import insert
 from service.store.effects import BatchEffects, DuplicateChunk, StaleBatch

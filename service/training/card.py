@@ -30,7 +30,7 @@ def model_card(m: dict[str, Any]) -> str:
         "",
         "- Input: the event is split into its *key line* (the exception / error line; frames,",
         "  source lines, cascade headers and torch's CUDA footer skipped) and the whole event;",
-        "  both are masked (`service/classify/masking.py`: numbers, sizes, paths, hosts ...).",
+        "  both are masked (`service/parse/masking.py`: numbers, sizes, paths, hosts ...).",
         "- Features: TF-IDF word n-grams "
         f"{tuple(m['config']['word_ngrams'])} and character n-grams "
         f"{tuple(m['config']['char_ngrams'])} (`{m['config']['char_analyzer']}`) of the key line,",

@@ -14,8 +14,8 @@ from typing import Any
 
 from service.classify.engine import Classifier
 from service.classify.loader import load_text_model
-from service.classify.report import classify_records
 from service.classify.rulebook import RuleBook
+from service.offline.report import classify_records
 from service.sources.files import read_file
 
 MODES = ("signatures", "model", "hybrid")

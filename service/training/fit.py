@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 
 from service.classify.loader import MODELS_DIR
-from service.classify.masking import mask
 from service.classify.model_artifact import MANIFEST_FORMAT, sha256_bytes
 from service.classify.model_input import event_fields
 from service.classify.text_model import TextModel
+from service.parse.masking import mask
 
 from .card import model_card
 from .crossval import cross_validate

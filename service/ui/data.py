@@ -15,8 +15,8 @@ from typing import Any, TypedDict
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
-from service.classify.incident_json import IncidentBody
-from service.classify.stream_state import StreamSnapshot
+from service.incidents.incident_json import IncidentBody
+from service.incidents.snapshots import StreamSnapshot
 from service.store import Store
 from service.store.fleets import FLEET_PREFIX, members
 from service.store.queries import _decode_cursor, _encode_cursor, incident_view

@@ -17,8 +17,8 @@ from starlette.datastructures import UploadFile
 from service.api.body import MiB
 from service.api.deps import get_ctx
 from service.api.routers import classify as classify_api
-from service.classify.report import StreamReport
 from service.ingest.compression import gunzip
+from service.offline.report import StreamReport
 from service.ui import auth, present
 from service.ui.forms import read_form, write_guard
 from service.ui.page import denied_read, login_redirect, render

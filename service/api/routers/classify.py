@@ -20,11 +20,11 @@ from service.api.body import MiB, read_body, too_large
 from service.api.deps import Ctx
 from service.api.schemas import ClassifyRequest, ClassifyResponse
 from service.classify.engine import Classifier
-from service.classify.incident_json import IncidentSummary
 from service.classify.novelty import NoveltyDetector
-from service.classify.report import StreamReport, classify_records
 from service.context import ServiceContext
+from service.incidents.incident_json import IncidentSummary
 from service.ingest.compression import GZIP_MAGIC, gunzip
+from service.offline.report import StreamReport, classify_records
 from service.sources.files import read_file
 
 router = APIRouter(tags=["classify"])

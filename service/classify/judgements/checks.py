@@ -20,10 +20,10 @@ from collections.abc import Mapping
 
 from service.classify.judgements import serving, stalls
 from service.classify.judgements.judgement import Judgement
-from service.classify.masking import mask
 from service.classify.rules import PrefixCachingModel, ServingRules, StallRules, WaitingRules
 from service.classify.stream_state import STARTING, StreamState
 from service.parse import line as L
+from service.parse.masking import mask
 
 # the lines a wait is written in (Ray placement, rendezvous, peers that never join)
 _WAITING = re.compile(

@@ -1,14 +1,14 @@
 """The remediation playbook of ``rules/playbook.yaml`` applied to one incident: the
 category's owner, first move and evidence; a warning's own explanation and first move
 (``warnings``); whether restarting can help a failure that repeats (``restarts``). What it
-gives an incident is typed (:class:`~service.classify.incident_json.Playbook`)."""
+gives an incident is typed (:class:`~service.incidents.incident_json.Playbook`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from service.classify.incident_json import Decision, Playbook, WarningAdvice
 from service.classify.rules import PlaybookRules
+from service.incidents.incident_json import Decision, Playbook, WarningAdvice
 from service.taxonomy import tier_of
 
 

@@ -5,23 +5,10 @@ thresholds are rules data (``rules/judgements.yaml`` ``serving``)."""
 from __future__ import annotations
 
 import re
-from typing import TypedDict
 
 from service.classify.judgements.judgement import Judgement
 from service.classify.rules import ServingRules
-
-
-class ServingStats(TypedDict, total=False):
-    """What :func:`judge` keeps of a stream's stats lines (in its state, per run)."""
-
-    kv: list[float]  # KV cache usage of the last lines
-    kv_high: int  # lines in a row at or above the threshold
-    waiting: list[int]  # waiting requests of the last lines
-    queue_warned: bool
-    preempt_warned: bool
-    hit_zero: int  # lines in a row with a 0 % prefix cache hit rate
-    prompt: list[float]  # prompt throughput of those lines
-
+from service.incidents.snapshots import ServingStats
 
 # V0: "... Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%, ..."
 # V1: "Engine 000: ... Running: 1 reqs, Waiting: 0 reqs[, Deferred: 0 reqs][, KV fetch: ...]

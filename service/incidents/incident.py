@@ -1,7 +1,7 @@
 """An incident: one failure of one workload, root cause first, cascades attached; and a
 :class:`Change` of one, what the classifier hands the pipeline for every line it judged.
 Its JSON (:meth:`Incident.to_dict`, :meth:`Incident.summary`) is typed in
-:mod:`service.classify.incident_json`."""
+:mod:`service.incidents.incident_json`."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from service.classify.finding import Finding
-from service.classify.incident_json import IncidentBody, IncidentExtra, IncidentSummary
-from service.classify.masking import mask
+from service.incidents.finding import Finding
+from service.incidents.incident_json import IncidentBody, IncidentExtra, IncidentSummary
+from service.parse.masking import mask
 
 # opened | updated (root cause changed, or it became a crash loop) | resolved: notified;
 # evidence (lines attached, one more restart the same way): stored only

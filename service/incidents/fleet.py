@@ -14,16 +14,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from service.classify.finding import Finding
-from service.classify.incident import Incident
-from service.classify.incident_json import FleetExtra, IncidentBody, IncidentExtra
-from service.classify.rules import load_judgements
-from service.classify.workload import workload_key
+from service.incidents.finding import Finding
+from service.incidents.incident import Incident
+from service.incidents.incident_json import FleetExtra, IncidentBody, IncidentExtra
+from service.incidents.workload import workload_key
 from service.taxonomy import tier_of
 
-# Categories whose failures typically hit many nodes at once (rules/judgements.yaml
-# fleet.prone_categories, as shipped); capacity and config failures page on their own.
-FLEET_PRONE = frozenset(load_judgements().fleet.prone_categories)
 # What the members may share, most specific first (the first key reaching the threshold wins).
 KEYS = ("driver_branch", "image", "node_pool", "nccl_version", "namespace")
 _POOL_LABELS = (
@@ -86,7 +82,7 @@ def find_fleet(
     incident: IncidentBody,
     recent: Iterable[IncidentBody],
     threshold: int,
-    prone: frozenset[str] = FLEET_PRONE,
+    prone: frozenset[str],
 ) -> tuple[str, str, list[IncidentBody]] | None:
     """(key, value, members) when ``threshold`` or more distinct workloads/nodes
     (:func:`member_unit`) with the same category as ``incident`` share one of its key values;

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from service.classify.incident_json import FindingBody
+from service.incidents.incident_json import FindingBody
 
 # Which findings can be a root cause: a cause beats a symptom beats a cascade.
 ROLE_RANK = {"cascade": 1, "symptom": 2, "cause": 3, "warning": 0}

@@ -6,13 +6,13 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypedDict
 
-from service.classify import blockscan
 from service.classify.engine import Classifier
-from service.classify.incident import Change, Incident
-from service.classify.incident_json import IncidentSummary
 from service.classify.stream_state import STARTING
+from service.incidents.incident import Change, Incident
+from service.incidents.incident_json import IncidentSummary
 from service.ingest.envelope import Format
 from service.ingest.timestamps import line_time
+from service.offline import blockscan
 from service.records import LogRecord
 from service.sources.files import read_files
 from service.taxonomy import STAGE_INDEX
@@ -71,7 +71,7 @@ def classify_paths(
     on_block: Callable[[int], None] | None = None,
 ) -> list[StreamReport]:
     """Classify files (``-`` = stdin): raw and CRI files by blocks
-    (:mod:`service.classify.blockscan`), the others line by line; same reports either way."""
+    (:mod:`service.offline.blockscan`), the others line by line; same reports either way."""
 
     seen: dict[str, dict[str, Incident]] = {}  # in order of first appearance
     for path in paths:

@@ -30,9 +30,9 @@ import ahocorasick
 
 from service import metrics
 from service.classify.engine import Classifier
-from service.classify.incident import MAX_EVIDENCE, Change, Incident
 from service.classify.multimatch import LiteralScanner
 from service.classify.stream_state import STARTING
+from service.incidents.incident import MAX_EVIDENCE, Change, Incident
 from service.ingest.container_lines import split_cri
 from service.ingest.envelope import MAX_LINE, Format, decode_line
 from service.ingest.fluent_record import stream_key
