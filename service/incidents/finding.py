@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
 
+from service.incidents.codec import Record
 from service.incidents.incident_json import FindingBody
 
 # Which findings can be a root cause: a cause beats a symptom beats a cascade.
@@ -15,7 +15,9 @@ PRECEDENCE_MARGIN = 20
 
 
 @dataclass(slots=True)
-class Finding:
+class Finding(Record[FindingBody]):
+    """One line's (or event's) verdict; its JSON (``to_dict``) is :class:`FindingBody`."""
+
     tier: str
     category: str
     stage: str
@@ -40,34 +42,3 @@ class Finding:
         if mine != theirs:
             return mine > theirs
         return self.priority >= other.priority + PRECEDENCE_MARGIN
-
-    def to_dict(self) -> FindingBody:
-        return {
-            "tier": self.tier,
-            "category": self.category,
-            "stage": self.stage,
-            "confidence": self.confidence,
-            "method": self.method,
-            "rule": self.rule,
-            "line": self.line,
-            "role": self.role,
-            "priority": self.priority,
-            "seq": self.seq,
-            "time": self.time,
-            "process": self.process,
-            "remediation": self.remediation,
-            "template": self.template,
-            "novel": self.novel,
-            "stage_source": self.stage_source,
-            "detail": self.detail,
-        }
-
-    @classmethod
-    def from_dict(cls, data: FindingBody) -> Finding:
-        """The finding of a stored body (keys it does not know are left out, keys an older
-        body lacks take their default)."""
-        known: dict[str, Any] = {k: v for k, v in data.items() if k in _FIELDS}
-        return cls(**known)
-
-
-_FIELDS = frozenset(f.name for f in fields(Finding))

@@ -6,11 +6,18 @@ Its JSON (:meth:`Incident.to_dict`, :meth:`Incident.summary`) is typed in
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, Literal, cast
 
+from service.incidents.codec import Kept, Record
 from service.incidents.finding import Finding
-from service.incidents.incident_json import IncidentBody, IncidentExtra, IncidentSummary
+from service.incidents.incident_json import (
+    IncidentBody,
+    IncidentExtra,
+    IncidentSummary,
+    RelatedFinding,
+)
 from service.parse.masking import mask
 
 # opened | updated (root cause changed, or it became a crash loop) | resolved: notified;
@@ -22,7 +29,9 @@ MAX_EVIDENCE = 60
 
 
 @dataclass
-class Incident:
+class Incident(Record[IncidentBody]):
+    """One failure of one workload; its JSON (``to_dict``) is :class:`IncidentBody`."""
+
     id: str
     stream: str
     run: int
@@ -31,16 +40,16 @@ class Incident:
     status: str = "open"  # open | resolved
     severity: str = "critical"  # critical (pages) | warning (never pages)
     facts: dict[str, str] = field(default_factory=dict)
-    timeline: dict[str, float] = field(default_factory=dict)  # stage → first time (or line)
+    timeline: Kept[dict[str, float]] = field(default_factory=dict)  # stage → time (or line)
     evidence: list[str] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)  # the stream's (envelope metadata)
+    meta: Kept[dict[str, Any]] = field(default_factory=dict)  # the stream's (envelope metadata)
     explanation: str | None = None
     opened_at: float | None = None
     updated_at: float | None = None
     resolved_at: float | None = None
     resolution: str | None = None
     restarts: int = 0  # later runs of the workload that failed the same way
-    extra: IncidentExtra = field(default_factory=lambda: IncidentExtra())  # judgements
+    extra: Kept[IncidentExtra] = field(default_factory=lambda: IncidentExtra())  # judgements
 
     @staticmethod
     def make_id(stream: str, run: int, seq: int, line: str) -> str:
@@ -87,72 +96,17 @@ class Incident:
             self.evidence.append(line)
 
     def summary(self) -> IncidentSummary:
-        """The per-incident shape of ``classify --json`` and of the API."""
-        p = self.primary
-        return {
-            "id": self.id,
-            "status": self.status,
-            "severity": self.severity,
-            "tier": p.tier,
-            "category": p.category,
-            "stage": p.stage,
-            "confidence": round(p.confidence, 3),
-            "method": p.method,
-            "rule": p.rule,
-            "line": p.line,
-            "template": p.template,
-            "detail": p.detail,
-            "novel": p.novel,
-            "remediation": p.remediation,
-            "explanation": self.explanation,
-            "evidence": list(self.evidence),
-            "related": [
-                {
-                    "category": r.category,
-                    "rule": r.rule,
-                    "role": r.role,
-                    "method": r.method,
-                    "stage": r.stage,
-                    "line": r.line,
-                }
-                for r in self.related
-            ],
-            "restarts": self.restarts,
-            "opened_at": self.opened_at,
-            "resolved_at": self.resolved_at,
-            "resolution": self.resolution,
-            "extra": self.extra.copy(),
-        }
-
-    def to_dict(self) -> IncidentBody:
-        return {
-            "id": self.id,
-            "stream": self.stream,
-            "run": self.run,
-            "primary": self.primary.to_dict(),
-            "related": [r.to_dict() for r in self.related],
-            "status": self.status,
-            "severity": self.severity,
-            "facts": self.facts,
-            "timeline": self.timeline,
-            "evidence": self.evidence,
-            "meta": self.meta,
-            "explanation": self.explanation,
-            "opened_at": self.opened_at,
-            "updated_at": self.updated_at,
-            "resolved_at": self.resolved_at,
-            "resolution": self.resolution,
-            "restarts": self.restarts,
-            "extra": self.extra,
-        }
-
-    @classmethod
-    def from_dict(cls, d: IncidentBody) -> Incident:
-        """The incident of a stored body (a key an older body lacks takes its default)."""
-        data: dict[str, Any] = dict(d)
-        data["primary"] = Finding.from_dict(d["primary"])
-        data["related"] = [Finding.from_dict(r) for r in d.get("related", [])]
-        return cls(**data)
+        """The per-incident shape of ``classify --json`` and of the API
+        (:class:`IncidentSummary`): each key the incident's own field, else its root
+        cause's; the confidence rounded, the cascades as :class:`RelatedFinding`."""
+        out = dict(zip(_SUMMARY_KEYS, _summary_values(self), strict=False))
+        out["confidence"] = round(self.primary.confidence, 3)
+        out["evidence"] = list(self.evidence)
+        out["related"] = [
+            dict(zip(_RELATED_KEYS, _related_values(r), strict=False)) for r in self.related
+        ]
+        out["extra"] = self.extra.copy()
+        return cast(IncidentSummary, out)
 
 
 def _cascade_key(f: Finding) -> tuple[str | None, str]:
@@ -161,6 +115,14 @@ def _cascade_key(f: Finding) -> tuple[str | None, str]:
     if f.rule:
         return f.rule, f.category
     return None, f"{f.category}:{f.template or mask(f.line)[:160]}"
+
+
+# The summary's keys in order, each read from the incident's own field or else its root cause's.
+_OWN = frozenset(f.name for f in fields(Incident))
+_SUMMARY_KEYS = tuple(IncidentSummary.__annotations__)
+_summary_values = attrgetter(*(k if k in _OWN else f"primary.{k}" for k in _SUMMARY_KEYS))
+_RELATED_KEYS = tuple(RelatedFinding.__annotations__)
+_related_values = attrgetter(*_RELATED_KEYS)
 
 
 @dataclass(slots=True)

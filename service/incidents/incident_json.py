@@ -11,12 +11,21 @@ checker (TypedDicts; at run time they are plain dicts).
 
 These are wire formats and stored JSON: rows written by earlier versions are read back, so a
 key is added, never renamed or dropped (readers of stored bodies go through
-``Incident.from_dict``, which fills what an older body lacks).
+``Incident.from_dict``, which fills what an older body lacks). The records' JSON and reading
+it back are generated from their dataclasses (:mod:`service.incidents.codec`); the summary
+from :class:`IncidentSummary`'s own keys.
 """
 
 from __future__ import annotations
 
-from typing import Any, Required, TypedDict
+from typing import Any, Required
+
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
+
+# Judgements are open JSON: a key written by a later version is kept when an older one
+# rewrites the incident (pydantic reads these TypedDicts on Python 3.11 from typing_extensions).
+_OPEN = with_config(ConfigDict(extra="allow"))
 
 
 class FindingBody(TypedDict):
@@ -52,6 +61,7 @@ class RelatedFinding(TypedDict):
     line: str
 
 
+@_OPEN
 class Link(TypedDict):
     """How a later incident names the one before it (``extra.after_restart_of``)."""
 
@@ -69,6 +79,7 @@ class LastFailure(Link):
     started: float | None
 
 
+@_OPEN
 class Attempt(TypedDict, total=False):
     """One failed start in ``extra.attempts``; keys without a value are left out."""
 
@@ -83,6 +94,7 @@ class Attempt(TypedDict, total=False):
     node: str
 
 
+@_OPEN
 class Decision(TypedDict, total=False):
     """One option of a compatibility decision (``playbook.decision``)."""
 
@@ -92,6 +104,7 @@ class Decision(TypedDict, total=False):
     available: bool  # only where it may not be (the cu129 bridge)
 
 
+@_OPEN
 class WarningAdvice(TypedDict):
     """A warning's own entry of ``rules/playbook.yaml`` (``warnings.<rule>``)."""
 
@@ -101,6 +114,7 @@ class WarningAdvice(TypedDict):
     evidence: list[str]
 
 
+@_OPEN
 class Playbook(TypedDict, total=False):
     """``extra.playbook``: who owns it, the first move, the evidence to collect; a warning's
     own explanation; for a compatibility failure, the decision with its preconditions."""
@@ -112,6 +126,7 @@ class Playbook(TypedDict, total=False):
     decision: list[Decision]
 
 
+@_OPEN
 class FleetExtra(TypedDict):
     """``extra.fleet`` of a fleet incident: what its members share, how many
     workloads/nodes, who they are."""
@@ -124,6 +139,7 @@ class FleetExtra(TypedDict):
     streams: list[str]
 
 
+@_OPEN
 class IncidentExtra(TypedDict, total=False):
     """The judgements beside the root cause (each only where it applies)."""
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict
+
+from service.incidents.codec import Record
 
 MAX_WORKLOADS = 100_000  # workloads kept in memory without a store (least recently used go)
 
@@ -115,7 +119,7 @@ class WorkloadSnapshot(TypedDict):
 
 
 @dataclass(slots=True)
-class WorkloadState:
+class WorkloadState(Record[WorkloadSnapshot]):
     """What the pods of one workload (:func:`workload_key`) share, saved beside their
     streams: the facts of its last start that got ready (so a failing start says what
     changed since), and its open failures on each node (restart units: node → {incident id:
@@ -125,14 +129,3 @@ class WorkloadState:
     key: str
     last_good: dict[str, str] | None = None
     failures: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    def to_dict(self) -> WorkloadSnapshot:
-        return {"key": self.key, "last_good": self.last_good, "failures": self.failures}
-
-    @classmethod
-    def from_dict(cls, d: WorkloadSnapshot) -> WorkloadState:
-        return cls(
-            key=str(d["key"]),
-            last_good=d.get("last_good"),
-            failures={str(n): dict(ids) for n, ids in (d.get("failures") or {}).items()},
-        )
