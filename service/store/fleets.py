@@ -20,6 +20,7 @@ never take the advisory lock).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +38,7 @@ from service.incidents.fleet import (
 )
 from service.incidents.incident import Incident
 from service.incidents.incident_json import IncidentBody
-from service.store import writes
+from service.store import deliveries, writes
 from service.store.dialect import insert
 from service.store.engine import is_postgres
 from service.store.schema import incidents, outbox
@@ -52,6 +53,42 @@ class FleetJoin:
     fleet_id: str
     body: IncidentBody  # the fleet incident, current
     created: bool  # this call created it (and its ``opened`` outbox event)
+
+
+@dataclass(frozen=True, slots=True)
+class Inhibit:
+    """When a member's pages give way to its fleet's: ``threshold`` workloads within
+    ``window_s`` of the fleet-prone categories ``prone``, and the receiver gets the fleet's
+    page (``covers(fleet body)``)."""
+
+    threshold: int
+    window_s: float
+    covers: Callable[[IncidentBody], bool]
+    prone: frozenset[str]
+
+
+def inhibit(
+    conn: Connection,
+    incident_id: str,
+    delivery_ids: list[int],
+    instance: str,
+    rule: Inhibit,
+    clock: Callable[[], float],
+) -> str | None:
+    """:meth:`~service.store.Store.inhibit_for_fleet` inside its transaction."""
+    joined = join(
+        conn,
+        incident_id,
+        threshold=rule.threshold,
+        window_s=rule.window_s,
+        now=clock(),
+        prone=rule.prone,
+    )
+    if joined is None or not rule.covers(joined.body):
+        return None
+    note = f"fleet {joined.fleet_id}"
+    deliveries.finish(conn, delivery_ids, instance, status="inhibited", now=clock(), note=note)
+    return joined.fleet_id
 
 
 def _body(row: Any) -> IncidentBody:

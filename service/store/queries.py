@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+from typing import Any, TypedDict
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.engine import Connection, RowMapping
 
 from service.incidents.incident import Incident
@@ -37,19 +37,22 @@ from service.store.views import (
     StreamView,
 )
 
-FILTERS = (
-    "tier",
-    "category",
-    "stage",
-    "status",
-    "severity",
-    "namespace",
-    "pod",
-    "node",
-    "stream",
-    "fleet_id",
-)
 MAX_LIMIT = 500
+
+
+class IncidentFilters(TypedDict, total=False):
+    """Columns an incident list is filtered on (equality; None: no filter)."""
+
+    tier: str | None
+    category: str | None
+    stage: str | None
+    status: str | None
+    severity: str | None
+    namespace: str | None
+    pod: str | None
+    node: str | None
+    stream: str | None
+    fleet_id: str | None
 
 
 def load_stream(conn: Connection, key: str) -> StreamSnapshot | None:
@@ -164,23 +167,34 @@ def get_incident(conn: Connection, incident_id: str) -> IncidentDetail | None:
     }
 
 
+def where(
+    stmt: Select[Any], filters: IncidentFilters, since: float | None, until: float | None = None
+) -> Select[Any]:
+    """``stmt`` over the incidents table narrowed to ``filters`` (a None value: no filter)
+    and to ``opened_at`` within [since, until]."""
+    t = incidents.c
+    for name, value in filters.items():
+        if value is not None:
+            stmt = stmt.where(t[name] == value)
+    if since is not None:
+        stmt = stmt.where(t.opened_at >= since)
+    if until is not None:
+        stmt = stmt.where(t.opened_at <= until)
+    return stmt
+
+
 def list_incidents(
     conn: Connection,
-    filters: dict[str, str | None],
+    filters: IncidentFilters,
     since: float | None,
     limit: int,
     cursor: str | None,
+    until: float | None = None,
 ) -> tuple[list[IncidentView], str | None]:
-    """Newest first (by ``opened_at``, then id), keyset-paginated; ``since`` keeps incidents
-    opened at or after it."""
+    """Newest first (by ``opened_at``, then id), keyset-paginated; ``since`` / ``until`` keep
+    incidents opened within them. ValueError for a cursor that cannot be read."""
     t = incidents.c
-    stmt = select(incidents)
-    for name in FILTERS:
-        value = filters.get(name)
-        if value is not None:
-            stmt = stmt.where(getattr(t, name) == value)
-    if since is not None:
-        stmt = stmt.where(t.opened_at >= since)
+    stmt = where(select(incidents), filters, since, until)
     if cursor:
         opened, last_id = _decode_cursor(cursor)
         stmt = stmt.where(or_(t.opened_at < opened, and_(t.opened_at == opened, t.id < last_id)))

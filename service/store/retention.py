@@ -16,12 +16,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import ColumnElement, delete, exists, select
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+from sqlalchemy import ColumnElement, Table, delete, exists, select
 from sqlalchemy.engine import Connection
 
 from service.store.schema import deliveries, feedback, incidents, outbox, streams, workloads
 
 BATCH = 500
+DAY = 86_400.0
 
 
 def _keep(before: float) -> list[ColumnElement[bool]]:
@@ -66,42 +70,72 @@ def delete_incidents(conn: Connection, ids: list[str], before: float) -> int:
     return len(gone)
 
 
+def _idle(table: Table, before: float, *also: ColumnElement[bool]) -> list[ColumnElement[bool]]:
+    return [table.c.updated_at < before, *also]
+
+
 def expired_streams(conn: Connection, before: float, limit: int = BATCH) -> list[str]:
-    s, i = streams.c, incidents.c
-    return list(
-        conn.execute(
-            select(s.key)
-            .where(
-                s.updated_at < before,
-                ~exists().where(i.stream == s.key, i.status == "open"),
-            )
-            .order_by(s.updated_at)
-            .limit(limit)
-        ).scalars()
+    open_incident = exists().where(
+        incidents.c.stream == streams.c.key, incidents.c.status == "open"
     )
-
-
-def delete_streams(conn: Connection, keys: list[str], before: float) -> int:
-    if not keys:
-        return 0
-    # re-checked: a batch may have written the stream since it was selected
-    return conn.execute(
-        delete(streams).where(streams.c.key.in_(keys), streams.c.updated_at < before)
-    ).rowcount
+    return _oldest(conn, streams, _idle(streams, before, ~open_incident), limit)
 
 
 def expired_workloads(conn: Connection, before: float, limit: int = BATCH) -> list[str]:
-    w = workloads.c
-    return list(
-        conn.execute(
-            select(w.key).where(w.updated_at < before).order_by(w.updated_at).limit(limit)
-        ).scalars()
-    )
+    return _oldest(conn, workloads, _idle(workloads, before), limit)
+
+
+def delete_streams(conn: Connection, keys: list[str], before: float) -> int:
+    return _delete_idle(conn, streams, keys, before)
 
 
 def delete_workloads(conn: Connection, keys: list[str], before: float) -> int:
+    return _delete_idle(conn, workloads, keys, before)
+
+
+def _oldest(
+    conn: Connection, table: Table, where: list[ColumnElement[bool]], limit: int
+) -> list[str]:
+    """Keys of ``table`` (streams, workloads) matching ``where``, least recently written
+    first."""
+    stmt = select(table.c.key).where(*where).order_by(table.c.updated_at).limit(limit)
+    return list(conn.execute(stmt).scalars())
+
+
+def _delete_idle(conn: Connection, table: Table, keys: list[str], before: float) -> int:
+    """Rows of ``keys`` still idle (re-checked: a batch may have written one since it was
+    selected)."""
     if not keys:
         return 0
-    return conn.execute(
-        delete(workloads).where(workloads.c.key.in_(keys), workloads.c.updated_at < before)
-    ).rowcount
+    return conn.execute(delete(table).where(table.c.key.in_(keys), *_idle(table, before))).rowcount
+
+
+# kind → (select the expired, delete them, the setting that ages them)
+_KINDS: dict[str, tuple[Callable[[Connection, float], list[str]], Callable[..., int], str]] = {
+    "incidents": (expired_incidents, delete_incidents, "incidents"),
+    "streams": (expired_streams, delete_streams, "streams"),
+    "workloads": (expired_workloads, delete_workloads, "streams"),
+}
+
+
+def prune(
+    write: Callable[[], AbstractContextManager[Connection]],
+    now: float,
+    days: dict[str, float],
+    max_batches: int,
+) -> dict[str, int]:
+    """Delete what is past its retention (``days``: "incidents" / "streams" → days, 0
+    keeps forever), :data:`BATCH` rows per ``write()`` transaction, at most ``max_batches``
+    transactions of each kind. Returns rows deleted by kind."""
+    out = dict.fromkeys(_KINDS, 0)
+    for kind, (pick, drop, setting) in _KINDS.items():
+        if days[setting] <= 0:
+            continue
+        before = now - days[setting] * DAY
+        for _ in range(max_batches):
+            with write() as conn:
+                keys = pick(conn, before)
+                out[kind] += drop(conn, keys, before)
+            if len(keys) < BATCH:
+                break
+    return out

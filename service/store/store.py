@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -25,6 +25,7 @@ from service.store.effects import BatchEffects
 from service.store.engine import is_memory_sqlite, is_postgres, make_engine
 from service.store.identity import InstanceLock
 from service.store.migrate import SchemaRepair, upgrade
+from service.store.queries import IncidentFilters
 from service.store.views import (
     FeedbackReview,
     FeedbackView,
@@ -38,7 +39,6 @@ from service.store.views import (
 )
 
 log = logging.getLogger("vllm_sentinel.store")
-DAY = 86_400.0
 
 
 class Store:
@@ -192,24 +192,11 @@ class Store:
         """Delete resolved incidents, and idle streams and workloads past their retention (the
         settings, unless given; 0 keeps forever), ``retention.BATCH`` rows per transaction,
         at most ``max_batches`` transactions of each. Returns rows deleted by kind."""
-        incident_days = self.incident_retention_days if incident_days is None else incident_days
-        stream_days = self.stream_retention_days if stream_days is None else stream_days
-        now = self.clock()
-        out = {"incidents": 0, "streams": 0, "workloads": 0}
-        for kind, days, pick, drop in (
-            ("incidents", incident_days, retention.expired_incidents, retention.delete_incidents),
-            ("streams", stream_days, retention.expired_streams, retention.delete_streams),
-            ("workloads", stream_days, retention.expired_workloads, retention.delete_workloads),
-        ):
-            if days <= 0:
-                continue
-            before = now - days * DAY
-            for _ in range(max_batches):
-                with self._write() as conn:
-                    keys = pick(conn, before)
-                    out[kind] += drop(conn, keys, before)
-                if len(keys) < retention.BATCH:
-                    break
+        days = {
+            "incidents": self.incident_retention_days if incident_days is None else incident_days,
+            "streams": self.stream_retention_days if stream_days is None else stream_days,
+        }
+        out = retention.prune(self._write, self.clock(), days, max_batches)
         if any(out.values()):
             log.info(
                 "store: retention removed %d incidents, %d streams and %d workloads",
@@ -227,35 +214,14 @@ class Store:
     def list_incidents(
         self,
         *,
-        tier: str | None = None,
-        category: str | None = None,
-        stage: str | None = None,
-        status: str | None = None,
-        severity: str | None = None,
-        namespace: str | None = None,
-        pod: str | None = None,
-        node: str | None = None,
-        stream: str | None = None,
         since: float | None = None,
         limit: int = 50,
         cursor: str | None = None,
-        fleet_id: str | None = None,
+        **filters: Unpack[IncidentFilters],
     ) -> tuple[list[IncidentView], str | None]:
         """Newest first; pass the returned cursor back for the next page (None: last page).
         ``fleet_id`` keeps the members of that fleet incident. ValueError for a malformed
         cursor."""
-        filters = {
-            "tier": tier,
-            "category": category,
-            "stage": stage,
-            "status": status,
-            "severity": severity,
-            "namespace": namespace,
-            "pod": pod,
-            "node": node,
-            "stream": stream,
-            "fleet_id": fleet_id,
-        }
         with self._read() as conn:
             return queries.list_incidents(conn, filters, since, limit, cursor)
 
@@ -412,25 +378,14 @@ class Store:
         ``inhibited`` (note: the fleet id). Returns that fleet id, else None (send as
         usual). A fleet found is committed either way."""
         with self._write() as conn:
-            joined = fleets.join(
+            return fleets.inhibit(
                 conn,
                 incident_id,
-                threshold=threshold,
-                window_s=window_s,
-                now=self.clock(),
-                prone=prone,
-            )
-            if joined is None or not covers(joined.body):
-                return None
-            deliveries.finish(
-                conn,
                 delivery_ids,
                 instance,
-                status="inhibited",
-                now=self.clock(),
-                note=f"fleet {joined.fleet_id}",
+                fleets.Inhibit(threshold, window_s, covers, prone),
+                self.clock,
             )
-            return joined.fleet_id
 
     def fleet_members(self, fleet_id: str) -> list[FleetMember]:
         with self._read() as conn:

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypedDict
+from typing import Any, TypedDict, cast
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
 from service.incidents.incident_json import IncidentBody
 from service.incidents.snapshots import StreamSnapshot
-from service.store import Store
+from service.store import Store, queries
 from service.store.fleets import FLEET_PREFIX, members
-from service.store.queries import _decode_cursor, _encode_cursor, incident_view
+from service.store.queries import IncidentFilters, incident_view
 from service.store.schema import incidents, silences, streams
 from service.store.views import FleetView, IncidentView, SilenceView
 
@@ -78,19 +78,10 @@ def _write(store: Store) -> Iterator[Connection]:
         yield conn
 
 
-def _where(
-    stmt: Any, filters: dict[str, str | None], since: float | None, until: float | None
-) -> Any:
-    t = incidents.c
-    for name, column in FILTERS.items():
-        value = filters.get(name)
-        if value:
-            stmt = stmt.where(getattr(t, column) == value)
-    if since is not None:
-        stmt = stmt.where(t.opened_at >= since)
-    if until is not None:
-        stmt = stmt.where(t.opened_at <= until)
-    return stmt
+def _columns(filters: dict[str, str | None]) -> IncidentFilters:
+    """The form's filters (:data:`FILTERS`' names; empty: no filter) as the store's."""
+    out: dict[str, str] = {FILTERS[k]: v for k, v in filters.items() if k in FILTERS and v}
+    return cast(IncidentFilters, out)
 
 
 def list_incidents(
@@ -104,24 +95,8 @@ def list_incidents(
 ) -> tuple[list[IncidentView], str | None]:
     """Newest first (opened_at, then id), as ``GET /incidents`` pages them, plus ``until``.
     ValueError for a cursor that cannot be read."""
-    t = incidents.c
-    stmt = _where(select(incidents), filters, since, until)
-    if cursor:
-        opened, last_id = _decode_cursor(cursor)
-        stmt = stmt.where(or_(t.opened_at < opened, and_(t.opened_at == opened, t.id < last_id)))
     with _read(store) as conn:
-        rows = (
-            conn.execute(stmt.order_by(t.opened_at.desc(), t.id.desc()).limit(limit + 1))
-            .mappings()
-            .all()
-        )
-    items = [incident_view(r) for r in rows[:limit]]
-    nxt = (
-        _encode_cursor(rows[limit - 1]["opened_at"], rows[limit - 1]["id"])
-        if len(rows) > limit
-        else None
-    )
-    return items, nxt
+        return queries.list_incidents(conn, _columns(filters), since, limit, cursor, until)
 
 
 def incident_counts(
@@ -129,11 +104,14 @@ def incident_counts(
 ) -> dict[str, dict[str, int]]:
     """Counts of the filtered incidents by tier, category, status and severity."""
     t = incidents.c
+    columns = _columns(filters)
     out: dict[str, dict[str, int]] = {}
     with _read(store) as conn:
         for name in ("tier", "category", "status", "severity"):
             col = getattr(t, name)
-            stmt = _where(select(col, func.count()).select_from(incidents), filters, since, until)
+            stmt = queries.where(
+                select(col, func.count()).select_from(incidents), columns, since, until
+            )
             rows = conn.execute(stmt.group_by(col)).all()
             out[name] = dict(
                 sorted(((str(k), int(n)) for k, n in rows), key=lambda kv: (-kv[1], kv[0]))
