@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.incidents.incident import Incident
-from service.incidents.incident_json import IncidentBody, IncidentSummary
+from service.incidents.incident_json import FleetExtra, IncidentBody, IncidentSummary
 
 MAX_LINE_CHARS = 4096  # evidence / root-cause lines in payloads are cut to this
 
@@ -83,6 +83,21 @@ class AlertView(IncidentSummary):
     version: int
     url: str
     api_url: str
+
+
+def fleet_of(s: AlertView) -> FleetExtra | None:
+    """What a fleet incident's members share (None for any other incident)."""
+    return (s.get("extra") or {}).get("fleet") if s["meta"].get("fleet") else None
+
+
+def where_it_ran(s: AlertView) -> str:
+    """``namespace/pod`` (else the stream); for a fleet incident, how many workloads and
+    what they share."""
+    meta, fleet = s["meta"], fleet_of(s)
+    if fleet:
+        shared = f"{fleet.get('count')} workloads sharing {fleet.get('key')}={fleet.get('value')}"
+        return shared + (f" in {meta['namespace']}" if meta.get("namespace") else "")
+    return "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from typing import NotRequired, TypedDict
 
 from service.config import ReceiverSettings
 from service.incidents.incident_json import FleetExtra
-from service.notify.alert import Alert, HttpRequest, cut
+from service.notify.alert import Alert, HttpRequest, cut, fleet_of, where_it_ran
 
 SUMMARY_MAX = 1024
 EVIDENCE_LINES = 20
@@ -81,13 +81,7 @@ class Event(TypedDict):
 def event(alert: Alert, routing_key: str) -> Event:
     s = alert.view()
     meta, facts = s["meta"], s["facts"]
-    where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
-    fleet = (s.get("extra") or {}).get("fleet") if meta.get("fleet") else None
-    if fleet:  # a fleet incident: how many, what they share
-        where = (
-            f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
-            f"{fleet.get('value')}" + (f" in {meta['namespace']}" if meta.get("namespace") else "")
-        )
+    where, fleet = where_it_ran(s), fleet_of(s)
     opened = s.get("opened_at")
     payload: Payload = {
         "summary": cut(

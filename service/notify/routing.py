@@ -5,6 +5,8 @@ asks for ``severity: [warning]``."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from service.config import ReceiverSettings
 from service.incidents.incident_json import IncidentBody
 from service.labels import LABEL, matches, validate
@@ -14,41 +16,42 @@ from service.store.views import IncidentView
 def incident_labels(body: IncidentBody) -> dict[str, str]:
     """The matchable view of an incident: the root cause's tier, category and stage, its
     severity, status, stream and id, where it ran, and its pod's labels (``label:<key>``)."""
-    p = body.get("primary") or {}
     meta = body.get("meta") or {}
-    view = {
-        "tier": p.get("tier"),
-        "category": p.get("category"),
-        "stage": p.get("stage"),
-        "severity": body.get("severity"),
-        "status": body.get("status"),
-        "namespace": meta.get("namespace"),
-        "pod": meta.get("pod"),
-        "node": meta.get("node"),
-        "container": meta.get("container"),
-        "stream": body.get("stream"),
-        "incident": body.get("id"),
-    }
-    return _matchable(view, meta.get("labels"))
+    return _matchable(_fields(body.get("primary") or {}, body, {}, meta), meta.get("labels"))
 
 
 def view_labels(row: IncidentView) -> dict[str, str]:
     """:func:`incident_labels` of a stored incident row (what the API lists)."""
     meta = row.get("meta") or {}
-    view = {
-        "tier": row.get("tier"),
-        "category": row.get("category"),
-        "stage": row.get("stage"),
-        "severity": row.get("severity"),
-        "status": row.get("status"),
-        "namespace": row.get("namespace") or meta.get("namespace"),
-        "pod": row.get("pod") or meta.get("pod"),
-        "node": row.get("node") or meta.get("node"),
+    return _matchable(row_fields(row), meta.get("labels"))
+
+
+def row_fields(row: IncidentView) -> dict[str, object]:
+    """The matchable fields of a stored incident row (its columns, else its metadata)."""
+    return _fields(row, row, row, row.get("meta") or {})
+
+
+def _fields(
+    root: Mapping[str, object],
+    inc: Mapping[str, object],
+    where: Mapping[str, object],
+    meta: Mapping[str, object],
+) -> dict[str, object]:
+    """Label values: ``root`` (the root cause) says what, ``inc`` the rest, ``where`` (else
+    ``meta``) where it ran."""
+    return {
+        "tier": root.get("tier"),
+        "category": root.get("category"),
+        "stage": root.get("stage"),
+        "severity": inc.get("severity"),
+        "status": inc.get("status"),
+        "namespace": where.get("namespace") or meta.get("namespace"),
+        "pod": where.get("pod") or meta.get("pod"),
+        "node": where.get("node") or meta.get("node"),
         "container": meta.get("container"),
-        "stream": row.get("stream"),
-        "incident": row.get("id"),
+        "stream": inc.get("stream"),
+        "incident": inc.get("id"),
     }
-    return _matchable(view, meta.get("labels"))
 
 
 def _matchable(view: dict[str, object], pod_labels: object) -> dict[str, str]:

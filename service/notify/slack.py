@@ -8,7 +8,7 @@ from typing import Any
 
 from service.config import ReceiverSettings
 from service.incidents.incident_json import IncidentExtra
-from service.notify.alert import Alert, HttpRequest, cut
+from service.notify.alert import Alert, HttpRequest, cut, fleet_of, where_it_ran
 
 MAX_BLOCKS = 50
 HEADER_MAX = 150
@@ -45,13 +45,7 @@ def message(alert: Alert) -> dict[str, Any]:
         label = LABEL["resolved"]
     icon = ICON["resolved"] if s["status"] == "resolved" else ICON.get(alert.event, "🔴")
     title = f"{icon} {label} · {s['tier']} / {s['category']} @ {s['stage']}"
-    where = "/".join(x for x in (meta.get("namespace"), meta.get("pod")) if x) or s["stream"]
-    fleet = (s.get("extra") or {}).get("fleet") if meta.get("fleet") else None
-    if fleet:  # a fleet incident: how many, what they share
-        where = (
-            f"{fleet.get('count')} workloads sharing {fleet.get('key')}="
-            f"{fleet.get('value')}" + (f" in {meta['namespace']}" if meta.get("namespace") else "")
-        )
+    where, fleet = where_it_ran(s), fleet_of(s)
 
     blocks: list[dict[str, Any] | None] = [  # None: an empty section, dropped below
         {

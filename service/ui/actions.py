@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from service.api.schemas import FeedbackRequest, ResolveRequest
-from service.ui.forms import read_form, write_guard
+from service.ui.forms import writing_form
 from service.ui.page import redirect, store
 
 router = APIRouter()
@@ -24,10 +24,9 @@ router = APIRouter()
 
 @router.post("/incidents/{incident_id}/resolve")
 async def resolve(request: Request, incident_id: str) -> Response:
-    form = await read_form(request)
-    refused = write_guard(request, form)
-    if refused:
-        return refused
+    form = await writing_form(request)
+    if isinstance(form, Response):
+        return form
     try:
         body = ResolveRequest(reason=str(form.get("reason") or "").strip())
     except ValidationError:
@@ -43,10 +42,9 @@ async def resolve(request: Request, incident_id: str) -> Response:
 
 @router.post("/incidents/{incident_id}/feedback")
 async def feedback(request: Request, incident_id: str) -> Response:
-    form = await read_form(request)
-    refused = write_guard(request, form)
-    if refused:
-        return refused
+    form = await writing_form(request)
+    if isinstance(form, Response):
+        return form
     verdict = str(form.get("verdict") or "")
     try:
         body = FeedbackRequest(

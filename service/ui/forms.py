@@ -8,11 +8,11 @@ to the form's page). :func:`safe_next` keeps a "come back here" target on this s
 
 from __future__ import annotations
 
-from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
+from starlette.datastructures import UploadFile
 from starlette.types import Message
 
 from service.api.body import read_body
@@ -26,8 +26,8 @@ REFUSED = (
     "submit it again.</p></main></html>"
 )
 
-# a form's fields: text, or an upload (starlette's UploadFile) for a multipart file field
-Form = dict[str, Any]
+# a form's fields: text, or an upload for a multipart file field
+Form = dict[str, str | UploadFile]
 
 
 async def read_form(request: Request, limit: int = MAX_FORM) -> Form:
@@ -61,6 +61,13 @@ def write_guard(request: Request, form: Form) -> Response | None:
     if not auth.can_write(request):
         return redirect(request, "/ui/login", next=str(form.get("back") or "/ui/"), why="write")
     return None
+
+
+async def writing_form(request: Request) -> Form | Response:
+    """A form that writes: read, then guarded (:func:`write_guard`); the form, or the answer
+    that refuses it."""
+    form = await read_form(request)
+    return write_guard(request, form) or form
 
 
 def safe_next(target: str | None) -> str:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, TypedDict, TypeGuard
 
+from service.notify.routing import row_fields
 from service.parse.line import parse_line
 from service.store.views import IncidentView
 from service.taxonomy import STAGE_INDEX, STAGES
@@ -243,17 +244,7 @@ def ladder_state_text(state: str) -> str:
 
 def silence_candidates(inc: IncidentView) -> list[SilenceCandidate]:
     """Matchers an incident suggests for "silence similar": (key, value, checked)."""
-    meta = inc.get("meta") or {}
-    values = {
-        "category": inc.get("category"),
-        "tier": inc.get("tier"),
-        "stage": inc.get("stage"),
-        "severity": inc.get("severity"),
-        "namespace": inc.get("namespace") or meta.get("namespace"),
-        "node": inc.get("node") or meta.get("node"),
-        "pod": inc.get("pod") or meta.get("pod"),
-        "container": meta.get("container"),
-    }
+    values = row_fields(inc)
     return [
         {"key": k, "value": str(values[k]), "checked": k in SILENCE_DEFAULT}
         for k in SILENCE_KEYS

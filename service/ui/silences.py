@@ -11,6 +11,7 @@ back as ``?error=`` on the page. Expiring ends the silence now and keeps it in t
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import anyio
 from fastapi import APIRouter, Request
@@ -22,7 +23,7 @@ from service.api.schemas import SilenceRequest
 from service.notify.silences import SilencePreview, preview
 from service.store.views import IncidentView
 from service.ui import data, present
-from service.ui.forms import read_form, write_guard
+from service.ui.forms import read_form, writing_form
 from service.ui.page import denied_read, redirect, render, store
 
 router = APIRouter()
@@ -74,7 +75,7 @@ class PreviewShown:
         self.listed = [*found.open, *(i for i in found.recent if i["id"] not in shown)][:50]
 
 
-def _matchers(form: dict[str, object]) -> dict[str, list[str]]:
+def _matchers(form: Mapping[str, object]) -> dict[str, list[str]]:
     matchers: dict[str, list[str]] = {}
     for key in present.SILENCE_KEYS:
         if form.get(f"use_{key}") and str(form.get(f"value_{key}") or "").strip():
@@ -121,10 +122,9 @@ def _page(
 
 @router.post("/silences")
 async def create_silence(request: Request) -> Response:
-    form = await read_form(request)
-    refused = write_guard(request, form)
-    if refused:
-        return refused
+    form = await writing_form(request)
+    if isinstance(form, Response):
+        return form
     matchers = _matchers(form)
     incident = str(form.get("incident") or "")
     back = {"incident": incident} if incident else {}
@@ -161,10 +161,9 @@ async def create_silence(request: Request) -> Response:
 
 @router.post("/silences/{silence_id}/expire")
 async def expire_silence(request: Request, silence_id: str) -> Response:
-    form = await read_form(request)
-    refused = write_guard(request, form)
-    if refused:
-        return refused
+    form = await writing_form(request)
+    if isinstance(form, Response):
+        return form
     db = store(request)
     await anyio.to_thread.run_sync(lambda: data.expire_silence(db, silence_id, time.time()))
     return redirect(request, "/ui/silences", done="expired")
