@@ -9,12 +9,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from typing_extensions import TypedDict
 
 from service import labels
 from service.api.timespec import parse_duration, parse_instant
+from service.incidents.codec import JsonObject, Number
+from service.incidents.incident_json import IncidentSummary
+from service.offline.report import Stopped
+from service.store.views import DeliveryView, FeedbackView, FleetMember
 from service.taxonomy import CATEGORIES, STAGES, TIERS
 
 Tier = Literal[TIERS]  # type: ignore[valid-type]
@@ -70,9 +75,9 @@ class Incident(_Open):
     evidence: list[str] = Field(default_factory=list)
     related: list[RelatedFinding] = Field(default_factory=list)
     restarts: int = 0
-    facts: dict[str, Any] = Field(default_factory=dict)
-    timeline: dict[str, Any] = Field(default_factory=dict)
-    meta: dict[str, Any] = Field(default_factory=dict)
+    facts: dict[str, str] = Field(default_factory=dict)
+    timeline: dict[str, Number] = Field(default_factory=dict)
+    meta: JsonObject = Field(default_factory=dict)
     namespace: str | None = None
     pod: str | None = None
     node: str | None = None
@@ -84,13 +89,13 @@ class Incident(_Open):
     fleet_id: str | None = Field(
         None, description="the fleet incident grouping this one (it paged instead)"
     )
-    members: list[dict[str, Any]] | None = Field(
+    members: list[FleetMember] | None = Field(
         None, description="a fleet incident's member incidents (single-incident view only)"
     )
-    deliveries: list[dict[str, Any]] | None = Field(
+    deliveries: list[DeliveryView] | None = Field(
         None, description="notification attempts (single-incident view only)"
     )
-    feedback: list[dict[str, Any]] | None = Field(
+    feedback: list[FeedbackView] | None = Field(
         None, description="feedback given (single-incident view only)"
     )
 
@@ -141,9 +146,9 @@ class Stream(_Open):
     stream: str
     status: str | None = None
     stage: str | None = None
-    timeline: dict[str, Any] = Field(default_factory=dict)
-    facts: dict[str, Any] = Field(default_factory=dict)
-    meta: dict[str, Any] = Field(default_factory=dict)
+    timeline: dict[str, Number] = Field(default_factory=dict)
+    facts: dict[str, str] = Field(default_factory=dict)
+    meta: JsonObject = Field(default_factory=dict)
     run: int = 0
     runs_failed: int = 0
     lines: int = 0
@@ -338,12 +343,12 @@ class StreamReport(_Open):
     stream: str
     status: str
     stage: str | None = None
-    incidents: list[dict[str, Any]]
-    facts: dict[str, Any]
-    timeline: dict[str, Any]
-    meta: dict[str, Any]
+    incidents: list[IncidentSummary]
+    facts: dict[str, str]
+    timeline: dict[str, Number]
+    meta: JsonObject
     lines: int
-    stopped: dict[str, Any] | None = Field(
+    stopped: Stopped | None = Field(
         None,
         description="the log ends mid-startup: the stage it stopped in, since when, "
         "seconds without progress and that stage's stall deadline",
@@ -352,7 +357,7 @@ class StreamReport(_Open):
 
 class ClassifyResponse(BaseModel):
     reports: list[StreamReport]
-    primary: dict[str, Any] | None = Field(
+    primary: IncidentSummary | None = Field(
         None, description="the first critical incident of the first stream (root cause), if any"
     )
 
@@ -369,6 +374,21 @@ class Health(BaseModel):
     uptime_s: float
 
 
+class KafkaCheck(TypedDict):
+    running: bool
+    assigned: list[str]  # topic:partition
+
+
+class Checks(TypedDict, total=False):
+    """``/readyz`` ``checks``: what readiness looked at."""
+
+    started: bool
+    store: bool
+    store_error: str
+    store_schema_recreated_at: float  # the database came back empty (informational)
+    kafka: KafkaCheck  # informational: a replica without partitions is still ready
+
+
 class Readiness(BaseModel):
     ready: bool
-    checks: dict[str, Any]
+    checks: Checks

@@ -32,6 +32,10 @@ B = TypeVar("B", bound=Mapping[str, object])
 JsonObject: TypeAlias = dict[str, object]
 """A record's JSON as stored and sent; read it through its record's ``from_dict``."""
 
+Number: TypeAlias = int | float
+"""A JSON number as it was given: an ``int`` stays an ``int`` (a line number where a log has
+no times, a deadline the rules give in whole seconds), a ``float`` a ``float``."""
+
 Kept: TypeAlias = Annotated[T, SkipValidation]
 """Open JSON of a record, read back exactly as it was stored (no conversion: an ``int``
 stays an ``int``, a TypedDict keeps its key order and keys it does not declare)."""

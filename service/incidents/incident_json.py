@@ -23,6 +23,8 @@ from typing import Any, Required
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
 
+from service.incidents.codec import Kept
+
 # Judgements are open JSON: a key written by a later version is kept when an older one
 # rewrites the incident (pydantic reads these TypedDicts on Python 3.11 from typing_extensions).
 _OPEN = with_config(ConfigDict(extra="allow"))
@@ -179,7 +181,7 @@ class IncidentBody(TypedDict):
     resolved_at: float | None
     resolution: str | None
     restarts: int
-    extra: IncidentExtra
+    extra: Kept[IncidentExtra]  # read as stored (its keys in their order)
 
 
 class IncidentSummary(TypedDict):
@@ -206,4 +208,4 @@ class IncidentSummary(TypedDict):
     opened_at: float | None
     resolved_at: float | None
     resolution: str | None
-    extra: IncidentExtra
+    extra: Kept[IncidentExtra]  # read as stored (its keys in their order)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict
 
 from service.classify.engine import Classifier
 from service.classify.stream_state import STARTING
+from service.incidents.codec import Number
 from service.incidents.incident import Change, Incident
 from service.incidents.incident_json import IncidentSummary
 from service.ingest.envelope import Format
@@ -25,7 +28,7 @@ class Stopped(TypedDict):
     stage: str | None
     since: float | None
     no_progress_s: float | None
-    deadline_s: float | None
+    deadline_s: Number | None  # as the rules give it (whole seconds stay an int)
 
 
 class StreamReport(TypedDict):
@@ -38,7 +41,7 @@ class StreamReport(TypedDict):
     incidents: list[IncidentSummary]  # failures, root cause first ([] for a healthy stream)
     warnings: list[IncidentSummary]  # never page
     facts: dict[str, str]
-    timeline: dict[str, float]
+    timeline: dict[str, Number]
     meta: dict[str, Any]
     lines: int
 

@@ -9,7 +9,9 @@ response models (:mod:`service.api.schemas`) list the same fields.
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any
+
+from typing_extensions import TypedDict
 
 from service.incidents.incident_json import IncidentSummary
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TypedDict
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
@@ -14,27 +13,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service import metrics
 from service.api.deps import Ctx
-from service.api.schemas import Health, Readiness
+from service.api.schemas import Checks, Health, KafkaCheck, Readiness
 from service.context import ServiceContext
 from service.sources.kafka.factory import SOURCE as KAFKA
 
 log = logging.getLogger("vllm_sentinel.api")
 router = APIRouter(tags=["health"])
-
-
-class KafkaCheck(TypedDict):
-    running: bool
-    assigned: list[str]  # topic:partition
-
-
-class Checks(TypedDict, total=False):
-    """``/readyz`` ``checks``: what readiness looked at."""
-
-    started: bool
-    store: bool
-    store_error: str
-    store_schema_recreated_at: float  # the database came back empty (informational)
-    kafka: KafkaCheck  # informational: a replica without partitions is still ready
 
 
 @router.get("/healthz", response_model=Health)
