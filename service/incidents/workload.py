@@ -5,6 +5,7 @@ start."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,7 @@ _CONTROLLER_LABELS = (
 _ORDINAL = re.compile(r"^(?P<base>.+?)(?:-\d+){1,2}$")  # StatefulSet / LeaderWorkerSet
 
 
-def workload_key(stream: str, meta: dict[str, Any]) -> str:
+def workload_key(stream: str, meta: Mapping[str, object]) -> str:
     """``namespace/<deployment, statefulset, leaderworkerset or job>/container`` when
     Kubernetes metadata is known, else the stream key (so a rollout's new pods share their
     predecessors' history). The controller's name comes from its own labels (LWS, Job), the
@@ -80,7 +81,7 @@ def workload_key(stream: str, meta: dict[str, Any]) -> str:
     return f"{meta.get('namespace', '')}/{base}/{meta.get('container', '')}"
 
 
-def restart_unit(stream: str, meta: dict[str, Any]) -> tuple[str, str] | None:
+def restart_unit(stream: str, meta: Mapping[str, object]) -> tuple[str, str] | None:
     """What restarts of one workload share across pods: the workload on its node
     (:func:`workload_key`, node; as fleets count members), so a pod that replaces another (a
     rollout, a Job retry, a deleted pod) continues its failure, and replicas on other nodes

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from service.config import ReceiverSettings
+from service.incidents.codec import JsonObject
 from service.incidents.incident_json import IncidentExtra
 from service.notify.alert import Alert, HttpRequest, cut, fleet_of, where_it_ran
 
@@ -37,7 +38,7 @@ def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
     )
 
 
-def message(alert: Alert) -> dict[str, Any]:
+def message(alert: Alert) -> JsonObject:
     s = alert.view()
     meta, facts = s["meta"], s["facts"]
     label = LABEL.get(alert.event, alert.event.upper())
@@ -47,7 +48,7 @@ def message(alert: Alert) -> dict[str, Any]:
     title = f"{icon} {label} · {s['tier']} / {s['category']} @ {s['stage']}"
     where, fleet = where_it_ran(s), fleet_of(s)
 
-    blocks: list[dict[str, Any] | None] = [  # None: an empty section, dropped below
+    blocks: list[JsonObject | None] = [  # None: an empty section, dropped below
         {
             "type": "header",
             "text": {"type": "plain_text", "text": cut(title, HEADER_MAX), "emoji": True},
@@ -123,7 +124,7 @@ def _esc(text: Any) -> str:
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _section(title: str, body: str, *, code: bool = False, tail: bool = False) -> dict[str, Any]:
+def _section(title: str, body: str, *, code: bool = False, tail: bool = False) -> JsonObject:
     body = _esc(body)
     if code:
         body = body.replace("```", "ˋˋˋ")
@@ -136,7 +137,7 @@ def _section(title: str, body: str, *, code: bool = False, tail: bool = False) -
     return {"type": "section", "text": {"type": "mrkdwn", "text": text}}
 
 
-def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any] | None:
+def _fields(pairs: list[tuple[str, Any]]) -> JsonObject | None:
     fields = [
         {"type": "mrkdwn", "text": cut(f"*{name}*\n{_esc(value)}", FIELD_MAX)}
         for name, value in pairs
@@ -145,10 +146,10 @@ def _fields(pairs: list[tuple[str, Any]]) -> dict[str, Any] | None:
     return {"type": "section", "fields": fields} if fields else None
 
 
-def _judgements(extra: IncidentExtra) -> list[dict[str, Any] | None]:
+def _judgements(extra: IncidentExtra) -> list[JsonObject | None]:
     """Crash loop, last good vs now, the playbook (owner, evidence, the compatibility
     decision) and fleet membership, as compact sections."""
-    out: list[dict[str, Any] | None] = []
+    out: list[JsonObject | None] = []
     if extra.get("note"):
         out.append(_section("*Crash loop*", extra["note"]))
     changed = extra.get("changed_since_last_good") or {}

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from typing_extensions import TypedDict
 
 from service.classify.engine import Classifier
 from service.classify.stream_state import STARTING
-from service.incidents.codec import Number
+from service.incidents.codec import JsonObject, Number
 from service.incidents.incident import Change, Incident
 from service.incidents.incident_json import IncidentSummary
 from service.ingest.envelope import Format
@@ -42,7 +41,7 @@ class StreamReport(TypedDict):
     warnings: list[IncidentSummary]  # never page
     facts: dict[str, str]
     timeline: dict[str, Number]
-    meta: dict[str, Any]
+    meta: JsonObject
     lines: int
 
 

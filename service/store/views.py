@@ -9,10 +9,9 @@ response models (:mod:`service.api.schemas`) list the same fields.
 
 from __future__ import annotations
 
-from typing import Any
-
 from typing_extensions import TypedDict
 
+from service.incidents.codec import JsonObject
 from service.incidents.incident_json import IncidentSummary
 
 
@@ -26,7 +25,7 @@ class IncidentView(IncidentSummary):
     node: str | None
     updated_at: float | None
     version: int
-    meta: dict[str, Any]
+    meta: JsonObject
     facts: dict[str, str]
     timeline: dict[str, float]
     fleet_id: str | None
@@ -98,7 +97,7 @@ class StreamView(TypedDict):
     stage: str | None
     timeline: dict[str, float]
     facts: dict[str, str]
-    meta: dict[str, Any]
+    meta: JsonObject
     run: int
     runs_failed: int
     lines: int

@@ -23,6 +23,7 @@ import numpy as np
 
 from service.classify.linear_scorer import FeatureBlock, LinearTextScorer
 from service.classify.model_artifact import ArtifactError, loads_artifact
+from service.incidents.codec import JsonObject
 
 from .recipe import as_matrix
 
@@ -115,7 +116,7 @@ def scorer_from_pipeline(pipeline: Any) -> LinearTextScorer:
     )
 
 
-def _block_meta(block: FeatureBlock) -> dict[str, Any]:
+def _block_meta(block: FeatureBlock) -> JsonObject:
     """How to featurise with ``block``, as the artifact's ``meta`` describes it."""
     return {
         "name": block.name,
@@ -131,7 +132,7 @@ def _block_meta(block: FeatureBlock) -> dict[str, Any]:
     }
 
 
-def to_arrays(scorer: LinearTextScorer) -> dict[str, Any]:
+def to_arrays(scorer: LinearTextScorer) -> dict[str, np.ndarray]:
     """The artifact's arrays (what :meth:`LinearTextScorer.from_arrays` reads)."""
     meta = {
         "kind": scorer.kind,
@@ -139,7 +140,7 @@ def to_arrays(scorer: LinearTextScorer) -> dict[str, Any]:
         "n_features": scorer.n_features,
         "blocks": [_block_meta(b) for b in scorer.blocks],
     }
-    arrays: dict[str, Any] = {"meta": np.array(json.dumps(meta))}
+    arrays: dict[str, np.ndarray] = {"meta": np.array(json.dumps(meta))}
     for i, b in enumerate(scorer.blocks):
         arrays[f"terms_{i}"] = np.array(b.terms, dtype=str)
         arrays[f"idf_{i}"] = b.idf

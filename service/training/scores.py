@@ -8,9 +8,10 @@ is a miss; a failure predicted for a healthy line is a false alarm.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+
+from service.incidents.codec import JsonObject
 
 from .examples import UNKNOWN
 
@@ -59,7 +60,7 @@ def report(
     ood_proba: np.ndarray | None,
     class_thresholds: dict[str, float] | None = None,
     pred: list[str] | None = None,
-) -> dict[str, Any]:
+) -> JsonObject:
     """Scores of ``proba`` against ``y_true`` with abstention (``pred``: labels already
     decided) and without it (argmax): macro-F1, accuracy, abstain rate, healthy false
     alarms, per-class precision/recall/F1, the confusion matrix (last column: abstained),

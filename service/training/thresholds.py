@@ -9,9 +9,10 @@ text is refused; then a global floor for the best macro-F1. The held-out scores 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+
+from service.incidents.codec import JsonObject
 
 from .examples import UNKNOWN
 from .scores import HEALTHY, healthy_false_alarms, macro_f1, with_abstain
@@ -35,7 +36,7 @@ def choose_thresholds(
     y_true: Sequence[str],
     ood_proba: np.ndarray | None,
     asked: np.ndarray | None = None,
-) -> tuple[float, dict[str, float], dict[str, Any]]:
+) -> tuple[float, dict[str, float], JsonObject]:
     """Abstain thresholds from out-of-fold (validation) probabilities.
 
     Per failure class ``c``: the lowest threshold at which no validation healthy line

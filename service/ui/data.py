@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypedDict, cast
+from typing import TypedDict, cast
 
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
+from service.incidents.codec import JsonObject
 from service.incidents.incident_json import IncidentBody
 from service.incidents.snapshots import StreamSnapshot
 from service.store import Store, queries
@@ -54,7 +55,7 @@ class StreamRow(TypedDict):
     status: str | None
     stage: str | None
     timeline: dict[str, float]
-    meta: dict[str, Any]
+    meta: JsonObject
     facts: dict[str, str]
     run: int
     runs_failed: int
