@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 from service import labels
 from service.api.timespec import parse_duration, parse_instant
 from service.incidents.codec import JsonObject, Number
-from service.incidents.incident_json import IncidentSummary
+from service.incidents.incident_json import IncidentSummary, RelatedFinding
 from service.offline.report import Stopped
 from service.store.views import DeliveryView, FeedbackView, FleetMember
 from service.taxonomy import CATEGORIES, STAGES, TIERS
@@ -47,15 +47,6 @@ class _Strict(BaseModel):
 
 
 # ---- incidents ---------------------------------------------------------------------------
-class RelatedFinding(_Open):
-    category: str
-    rule: str | None = None
-    role: str | None = None
-    method: str | None = None
-    stage: str | None = None
-    line: str = ""
-
-
 class Incident(_Open):
     """One failure of one workload: root cause first, cascades in ``related``."""
 
