@@ -11,12 +11,11 @@ evidence lines, a Fluent Bit / vLLM JSON record its log lines.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from service import ratelog
 from service.ingest.envelope import MAX_LINE, decode_record
-from service.records import LogRecord
+from service.records import LogRecord, Meta
 
 MAX_DOCUMENT = 64 << 20  # bytes
 
@@ -32,7 +31,7 @@ def looks_like_document(head: bytes) -> bool:
 def read_document(
     fh: BinaryIO,
     stream: str,
-    meta: Mapping[str, Any] | None,
+    meta: Meta | None,
     position: str,
     source: str = "file",
     max_line: int = MAX_LINE,

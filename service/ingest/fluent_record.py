@@ -18,6 +18,7 @@ from typing import Any
 from service.ingest.kube import is_kube_object
 from service.ingest.runtime_paths import path_meta
 from service.ingest.vllm_json import is_vllm_json
+from service.records import Meta, fill_meta
 
 FD = {"stdout": "stdout", "stderr": "stderr"}  # the fd names, interned
 
@@ -33,7 +34,7 @@ def text_field(record: Mapping[str, Any]) -> Any:
     return text
 
 
-def merged_vllm_json(record: Mapping[str, Any]) -> dict[str, Any] | None:
+def merged_vllm_json(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """A vLLM JSON record a collector parsed into a key of its own (Fluent Bit
     ``Merge_Log_Key``) when the record has no line field."""
     for value in record.values():
@@ -54,10 +55,10 @@ def has_line(record: Mapping[str, Any]) -> bool:
     return is_kube_object(record) or merged_vllm_json(record) is not None
 
 
-def record_meta(record: Mapping[str, Any], tag: str | None, fd: Any) -> dict[str, Any]:
+def record_meta(record: Mapping[str, Any], tag: str | None, fd: object) -> Meta:
     """``LogRecord.meta`` from a record's ``kubernetes``/``docker`` maps, its ``stream`` and
     the Fluent tag (a kubelet-path tag fills what the maps lack)."""
-    meta: dict[str, Any] = {}
+    meta: Meta = {}
     kube = record.get("kubernetes")
     if type(kube) is dict:  # straight-line on purpose: this runs for every record
         get = kube.get
@@ -102,12 +103,11 @@ def record_meta(record: Mapping[str, Any], tag: str | None, fd: Any) -> dict[str
     if tag:
         meta["tag"] = tag
         if "pod" not in meta:
-            for key, value in path_meta(tag).items():
-                meta.setdefault(key, value)
+            fill_meta(meta, path_meta(tag))
     return meta
 
 
-def stream_key(meta: Mapping[str, Any], default: str) -> str:
+def stream_key(meta: Meta, default: str) -> str:
     """``namespace/pod/container`` when known (stable across container restarts), else the
     container id, else the Fluent tag, else ``default``."""
     ns = meta.get("namespace")

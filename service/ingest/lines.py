@@ -9,20 +9,20 @@ vLLM JSON log record becomes the lines vLLM's text format prints.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Final
 
 from service.ingest.json_text import expand_vllm_json
 from service.ingest.salvage import truncate
-from service.records import LogRecord
+from service.records import LogRecord, Meta
 
-PARTIAL = "partial"  # meta key set on chunks of a longer line (consumed by the joiner)
+PARTIAL: Final = "partial"  # meta key set on chunks of a longer line (consumed by the joiner)
 
 
 def line_records(
     text: str,
     key: str,
     t: float | None,
-    meta: dict[str, Any],
+    meta: Meta,
     position: str | None,
     partial: bool,
     source: str,
@@ -52,5 +52,5 @@ def line_records(
                 meta[PARTIAL] = True
             out.append(LogRecord(key, piece, t, meta, pos))
         else:
-            out.append(LogRecord(key, piece, t, dict(meta), pos))
+            out.append(LogRecord(key, piece, t, meta.copy(), pos))
     return out

@@ -15,7 +15,7 @@ message carrying a ``chunk`` is its own batch, with the chunk id ``forward:<chun
 ends the batches with ``healthy`` False (the stream cannot be resynchronised), an over-size
 frame or a spent memory budget raises :class:`DropConnection`, a well-formed message of an
 unknown shape is skipped, a message with a tag over
-:data:`~service.sources.limits.MAX_TAG` characters or more than ``max_records`` entries
+:data:`~service.ingest.bounds.MAX_TAG` characters or more than ``max_records`` entries
 is dropped and acked (resending it would not help). Gzip entries are inflated under the
 process-wide budget of :mod:`service.ingest.budget`.
 """
@@ -26,13 +26,13 @@ from typing import Any, NamedTuple
 
 import msgpack
 
+from service.ingest.bounds import MAX_RECORDS, MAX_TAG
 from service.ingest.budget import BudgetExhausted, Lease, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record
 from service.ingest.msgpack_events import BuildCounter, split_event, to_bytes, unpack_all
 from service.ratelog import brief, reject
 from service.records import LogRecord
-from service.sources.limits import MAX_RECORDS, MAX_TAG
 
 
 def chunk_key(chunk: Any) -> str:

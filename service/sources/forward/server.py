@@ -39,6 +39,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from service import metrics
+from service.ingest.bounds import MAX_RECORDS
 from service.ingest.envelope import MAX_LINE
 from service.netguard import InsecureConfigError, is_loopback
 from service.ratelog import RateLimitedLog, reject
@@ -52,7 +53,6 @@ from service.sources.forward.connection import (
 )
 from service.sources.forward.delivery import Delivery, Handler
 from service.sources.forward.messages import ForwardDecoder
-from service.sources.limits import MAX_RECORDS
 
 DEFAULT_PORT = 24224
 MAX_CONNECTIONS = 512
