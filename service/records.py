@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, TypedDict, cast
+from typing import Literal, NamedTuple, TypedDict, cast
 
 
 class KubeEvidence(TypedDict, total=False):
@@ -38,6 +38,12 @@ class Meta(TypedDict, total=False):
     tag: str  # the Fluent tag
     partial: bool  # a chunk of an unfinished line, for the joiner (ingest.lines.PARTIAL)
     kube: KubeEvidence  # a Kubernetes event or pod status line
+
+
+# the keys of Meta whose values are text
+MetaText = Literal[
+    "namespace", "pod", "container", "container_id", "pod_id", "node", "image", "image_id"
+]
 
 
 def fill_meta(meta: Meta, more: Mapping[str, object]) -> None:

@@ -234,7 +234,7 @@ def decode_text(
 
 
 def _decode_dict_line(
-    obj: dict[str, Any],
+    obj: Mapping[str, Any],
     stream: str,
     position: str | None,
     meta: Meta | None,

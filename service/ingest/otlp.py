@@ -42,7 +42,7 @@ from service.ingest.otlp_values import (
 from service.ingest.runtime_paths import path_meta
 from service.ingest.salvage import clean_text
 from service.ratelog import reject
-from service.records import LogRecord, Meta, fill_meta
+from service.records import LogRecord, Meta, MetaText, fill_meta
 
 # memory a parsed body takes beyond its bytes, charged to the lease before parsing: JSON
 # at 3x its bytes; protobuf at its bytes plus MESSAGE_COST per nested message (an empty
@@ -52,7 +52,7 @@ MESSAGE_COST = 160
 TOO_MANY = "export request holds more than {} log records"
 
 # resource (or record) attribute → LogRecord.meta key
-ATTRIBUTES = {
+ATTRIBUTES: dict[str, MetaText] = {
     "k8s.namespace.name": "namespace",
     "k8s.pod.name": "pod",
     "k8s.container.name": "container",
@@ -118,7 +118,7 @@ def resource_meta(attrs: Mapping[str, AnyValue]) -> Meta:
     for attr, key in ATTRIBUTES.items():
         v = attrs.get(attr)
         if isinstance(v, str) and v:
-            meta[key] = v  # type: ignore[literal-required]  # ATTRIBUTES' values are keys
+            meta[key] = v
     node = attrs.get("host.name")
     if "node" not in meta and isinstance(node, str) and node:
         meta["node"] = node

@@ -21,7 +21,7 @@ import io
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, TypedDict, Unpack
 
 from service import metrics, ratelog
 from service.ingest.documents import read_document
@@ -36,25 +36,25 @@ _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13, 27)) + b"\x7f"
 _COUNT_EVERY = 4096
 
 
-def read_files(
-    paths: Iterable[str],
-    *,
-    fmt: Format | str = Format.AUTO,
-    stream: str | None = None,
-    max_line: int = MAX_LINE,
-    join: bool = True,
-    source: str = "file",
-    stdin: BinaryIO | None = None,
-) -> Iterator[LogRecord]:
+class ReadOptions(TypedDict, total=False):
+    """How :func:`read_file` reads (its keyword arguments)."""
+
+    fmt: Format | str
+    stream: str | None
+    max_line: int
+    join: bool
+    source: str
+    stdin: BinaryIO | None
+
+
+def read_files(paths: Iterable[str], **options: Unpack[ReadOptions]) -> Iterator[LogRecord]:
     """Records of every path in turn (``-`` = ``stdin`` or ``sys.stdin.buffer``).
 
     ``stream`` overrides the default stream key; ``join=False`` leaves runtime chunks
     (``meta["partial"]``) unjoined. Unreadable files are counted (``unreadable``) and skipped.
     """
     for path in paths:
-        yield from read_file(
-            path, fmt=fmt, stream=stream, max_line=max_line, join=join, source=source, stdin=stdin
-        )
+        yield from read_file(path, **options)
 
 
 def read_file(

@@ -22,6 +22,7 @@ process-wide budget of :mod:`service.ingest.budget`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import msgpack
@@ -199,7 +200,7 @@ class ForwardDecoder:
         self._entries(tag, entries, out)
         return chunk
 
-    def _packed(self, blob: str | bytes, option: dict[str, Any] | None) -> list[Any]:
+    def _packed(self, blob: str | bytes, option: Mapping[str, Any] | None) -> list[Any]:
         data: bytes | bytearray = to_bytes(blob) or b""
         compressed = type(option) is dict and option.get("compressed") == "gzip"
         with Lease(self.max_decompressed_bytes) as lease:
