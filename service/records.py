@@ -61,35 +61,43 @@ class LogRecord:
     metadata is known, else a container id, a Fluent tag or the file path). ``time`` is the
     container runtime's timestamp (epoch seconds) when the envelope carried one; vLLM's own
     header time has no year and is display-only. ``meta`` carries what the envelope knew
-    (:class:`Meta`). ``position`` is an
-    id of the record at its source (``kafka:topic:partition:offset``, ``file:path:lineno``
-    ...; a :class:`Position` as text, ``#<i>`` appended for the 2nd, 3rd ... record of one
-    message) used to make re-delivery idempotent.
+    (:class:`Meta`). ``position`` is where the record sits at its source (a
+    :class:`Position`; ``part`` tells apart the 2nd, 3rd ... record of one message), used to
+    make re-delivery idempotent.
     """
 
     stream: str
     text: str
     time: float | None = None
     meta: Meta = field(default_factory=lambda: Meta())
-    position: str | None = None
+    position: Position | None = None
 
 
 class Position(NamedTuple):
     """Where a record sits at its source: ``source`` (``kafka``, ``file``), ``partition``
-    (``<topic>:<partition>``, a path) and the integer ``offset`` in it. Its text
-    (``str(position)``) is ``<source>:<partition>:<offset>``, the :attr:`LogRecord.position`
-    of the first record read there."""
+    (``<topic>:<partition>``, a path), the integer ``offset`` in it, and ``part``, which
+    record of the message at that offset it is (``""`` the first; ``1``, ``2`` ... the
+    next lines; ``evicted``, ``idle0`` ... as the Kafka source marks lines it emits
+    unfinished; nested with ``#``). Its text (``str(position)``) is
+    ``<source>:<partition>:<offset>``, then ``#<part>`` when there is one."""
 
     source: str
     partition: str
     offset: int
+    part: str = ""
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.partition}:{self.offset}"
+        text = f"{self.source}:{self.partition}:{self.offset}"
+        return f"{text}#{self.part}" if self.part else text
+
+    def sub(self, part: int | str) -> Position:
+        """The position of another record of this one's message: ``#<part>`` appended."""
+        return self._replace(part=f"{self.part}#{part}" if self.part else str(part))
 
     @classmethod
     def parse(cls, text: str | None) -> Position | None:
-        """``kafka:topic:3:1234#2`` → ``Position("kafka", "topic:3", 1234)``;
+        """The position ``text`` names, without its part: ``kafka:topic:3:1234#2`` →
+        ``Position("kafka", "topic:3", 1234)``;
         ``file:path:12`` → ``Position("file", "path", 12)``; None when there is no integer
         offset."""
         if not text:

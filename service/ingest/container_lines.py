@@ -17,7 +17,7 @@ from service.ingest.json_text import expand_vllm_json
 from service.ingest.lines import PARTIAL, line_records
 from service.ingest.salvage import clean_text, truncate
 from service.ingest.timestamps import parse_rfc3339
-from service.records import LogRecord, Meta
+from service.records import LogRecord, Meta, Position
 
 DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
 
@@ -67,7 +67,7 @@ def docker_log(obj: Mapping[str, object], source: str) -> str | None:
 def cri_records(
     cri: CriLine,
     key: str,
-    position: str | None,
+    position: Position | None,
     meta: Meta,
     source: str,
     max_line: int,
@@ -91,7 +91,7 @@ def docker_records(
     key: str,
     t: float | None,
     meta: Meta,
-    position: str | None,
+    position: Position | None,
     source: str,
     max_line: int,
 ) -> list[LogRecord]:

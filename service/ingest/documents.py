@@ -15,7 +15,7 @@ from typing import BinaryIO
 
 from service import ratelog
 from service.ingest.envelope import MAX_LINE, decode_record
-from service.records import LogRecord, Meta
+from service.records import LogRecord, Meta, Position
 
 MAX_DOCUMENT = 64 << 20  # bytes
 
@@ -32,7 +32,7 @@ def read_document(
     fh: BinaryIO,
     stream: str,
     meta: Meta | None,
-    position: str,
+    position: Position,
     source: str = "file",
     max_line: int = MAX_LINE,
 ) -> list[LogRecord] | None:
@@ -60,7 +60,7 @@ def read_document(
             decode_record(
                 item,
                 stream=stream,
-                position=f"{position}#{i}",
+                position=position.sub(i),
                 meta=meta,
                 source=source,
                 max_line=max_line,

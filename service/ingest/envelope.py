@@ -42,7 +42,7 @@ from service.ingest.lines import line_records
 from service.ingest.salvage import clean_text, decode_bytes, truncate
 from service.ingest.timestamps import to_epoch
 from service.ingest.vllm_json import is_vllm_json, vllm_json_lines
-from service.records import LogRecord, Meta, fill_meta
+from service.records import LogRecord, Meta, Position, fill_meta
 
 MAX_LINE = 1 << 20  # characters; longer lines are truncated and counted as ``oversize``
 
@@ -62,7 +62,7 @@ def decode_line(
     line: str,
     stream: str,
     fmt: Format | str = Format.AUTO,
-    position: str | None = None,
+    position: Position | None = None,
     meta: Meta | None = None,
     source: str = "line",
     max_line: int = MAX_LINE,
@@ -140,7 +140,7 @@ def decode_record(
     stream: str | None = None,
     tag: str | None = None,
     time: Any = None,
-    position: str | None = None,
+    position: Position | None = None,
     meta: Meta | None = None,
     fmt: Format | str = Format.AUTO,
     source: str = "record",
@@ -208,7 +208,7 @@ def decode_text(
     stream: str,
     *,
     fmt: Format | str = Format.AUTO,
-    position: str | None = None,
+    position: Position | None = None,
     meta: Meta | None = None,
     source: str = "text",
     max_line: int = MAX_LINE,
@@ -224,7 +224,7 @@ def decode_text(
         lines.pop()
     out: list[LogRecord] = []
     for i, line in enumerate(lines):
-        pos = position if i == 0 or position is None else f"{position}#{i}"
+        pos = position if i == 0 or position is None else position.sub(i)
         out.extend(
             decode_line(
                 line, stream, fmt=fmt, position=pos, meta=meta, source=source, max_line=max_line
@@ -236,7 +236,7 @@ def decode_text(
 def _decode_dict_line(
     obj: Mapping[str, Any],
     stream: str,
-    position: str | None,
+    position: Position | None,
     meta: Meta | None,
     source: str,
     max_line: int,
@@ -260,7 +260,7 @@ def _decode_dict_line(
 def _cri(
     cri: CriLine,
     stream: str,
-    position: str | None,
+    position: Position | None,
     meta: Meta | None,
     source: str,
     max_line: int,

@@ -155,7 +155,7 @@ class Joiner:
                         piece,
                         first.time,
                         first.meta if i == 0 else first.meta.copy(),
-                        pos if i == 0 or pos is None else f"{pos}#{i}",
+                        pos if i == 0 or pos is None else pos.sub(i),
                     )
                     for i, piece in enumerate(pieces)
                 ]

@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.ingest.timestamps import to_epoch
-from service.records import KubeEvidence, LogRecord, Meta
+from service.records import KubeEvidence, LogRecord, Meta, Position
 
 EVENT_PREFIX = "[kubernetes event]"
 STATUS_PREFIX = "[kubernetes pod status]"
@@ -94,7 +94,7 @@ def kube_records(
     obj: Mapping[str, Any],
     *,
     time: Any = None,
-    position: str | None = None,
+    position: Position | None = None,
     meta: Meta | None = None,
     depth: int = 0,
 ) -> list[LogRecord]:
@@ -113,7 +113,7 @@ def kube_records(
     out: list[LogRecord] = []
     for item in items:
         if type(item) is dict and is_kube_object(item):
-            pos = position if not out or position is None else f"{position}#{len(out)}"
+            pos = position if not out or position is None else position.sub(len(out))
             out.extend(kube_records(item, time=time, position=pos, meta=meta, depth=depth + 1))
     return out
 
@@ -124,7 +124,7 @@ def _record(
     container: str | None,
     text: str,
     t: float | None,
-    position: str | None,
+    position: Position | None,
     meta: Meta | None,
     kube: KubeEvidence,
     node: str | None,
@@ -153,7 +153,7 @@ def _d(value: Any) -> Mapping[str, Any]:
 
 
 def _event(
-    ev: Mapping[str, Any], time: Any, position: str | None, meta: Meta | None
+    ev: Mapping[str, Any], time: Any, position: Position | None, meta: Meta | None
 ) -> list[LogRecord]:
     ref = ev.get("involvedObject") or ev.get("regarding")
     if type(ref) is not dict:
@@ -217,7 +217,7 @@ def _controller_event(
     ev: Mapping[str, Any],
     ref: Mapping[str, Any],
     time: Any,
-    position: str | None,
+    position: Position | None,
     meta: Meta | None,
 ) -> list[LogRecord]:
     """A controller created or deleted one of its pods: lifecycle evidence of that pod."""
@@ -250,7 +250,7 @@ def _controller_event(
 def _pod(
     pod: Mapping[str, Any],
     time: Any,
-    position: str | None,
+    position: Position | None,
     meta: Meta | None,
     deleted: bool = False,
 ) -> list[LogRecord]:
@@ -386,5 +386,5 @@ def _pod_ended(
     return None
 
 
-def _pos(position: str | None, out: list[LogRecord]) -> str | None:
-    return position if not out or position is None else f"{position}#{len(out)}"
+def _pos(position: Position | None, out: list[LogRecord]) -> Position | None:
+    return position if not out or position is None else position.sub(len(out))

@@ -13,7 +13,7 @@ from typing import Final
 
 from service.ingest.json_text import expand_vllm_json
 from service.ingest.salvage import truncate
-from service.records import LogRecord, Meta
+from service.records import LogRecord, Meta, Position
 
 PARTIAL: Final = "partial"  # meta key set on chunks of a longer line (consumed by the joiner)
 
@@ -23,7 +23,7 @@ def line_records(
     key: str,
     t: float | None,
     meta: Meta,
-    position: str | None,
+    position: Position | None,
     partial: bool,
     source: str,
     max_line: int,
@@ -44,7 +44,7 @@ def line_records(
     for i, piece in enumerate(pieces):
         if len(piece) > max_line:
             piece = truncate(piece, max_line, source)
-        pos = position if i == 0 or position is None else f"{position}#{i}"
+        pos = position if i == 0 or position is None else position.sub(i)
         if i == last:
             if partial:
                 if not piece:

@@ -28,7 +28,7 @@ from service.ingest.documents import read_document
 from service.ingest.envelope import MAX_LINE, Format, decode_line
 from service.ingest.joiner import Joiner
 from service.ingest.runtime_paths import path_meta
-from service.records import LogRecord
+from service.records import LogRecord, Position
 
 _BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -83,14 +83,13 @@ def read_file(
     default = stream or ("stdin" if path == "-" else path)
     meta = path_meta(path) if path != "-" else {}
     joiner = Joiner(max_line, source=source) if join else None
-    prefix = f"file:{path}:"  # + line number: Position("file", path, lineno) as text
     lines_in = metrics.LINES_IN.labels(source=source)
     count = 0
     lineno = 0
     try:
         # a multi-line JSON document (kubectl get events -o json) is read whole
         document = (
-            read_document(fh, default, meta, f"{prefix}1", source, max_line)
+            read_document(fh, default, meta, Position("file", path, 1), source, max_line)
             if fmt == Format.AUTO
             else None
         )
@@ -114,7 +113,7 @@ def read_file(
                             continue
                 # positional on purpose: keyword passing costs ~20% of this loop
                 decoded += decode_line(
-                    text, default, fmt, f"{prefix}{lineno}", meta, source, max_line
+                    text, default, fmt, Position("file", path, lineno), meta, source, max_line
                 )
             out = joiner.feed(decoded) if joiner is not None else decoded
             if out:
