@@ -51,13 +51,14 @@ class BuildCounter:
         return obj
 
 
-def new_unpacker(max_bytes: int, built: BuildCounter) -> msgpack.Unpacker:
+def new_unpacker(max_bytes: int, built: BuildCounter | None = None) -> msgpack.Unpacker:
     """Streaming unpacker for untrusted input: bounded buffer and container sizes, str kept
     lossless (undecodable bytes as surrogates), EventTime decoded to epoch floats; ``built``
-    counts the maps and arrays it builds."""
+    (if given) counts the maps and arrays it builds."""
+    count = None if built is None else built.count
     return msgpack.Unpacker(
-        object_hook=built.count,
-        list_hook=built.count,
+        object_hook=count,
+        list_hook=count,
         raw=False,
         unicode_errors="surrogateescape",
         strict_map_key=False,
