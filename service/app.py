@@ -14,7 +14,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import uvicorn
@@ -33,22 +33,29 @@ from service.classify.loader import load_text_model
 from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
 from service.classify.ruletest import RuleLoadError, load_rule_set
-from service.config import Settings
+from service.config import Settings, SourcesSettings
 from service.configcheck import ConfigError, link_warnings, load_checked, serve_problems
 from service.context import ServiceContext
 from service.netguard import check_auth_config, check_forward_config
 from service.notify.dispatcher import Dispatcher
 from service.pipeline import Pipeline
 from service.ratelog import loop_exception_handler
-from service.sources.base import SourceSettingsError
+from service.sources.base import Source, SourceSettingsError
 from service.sources.forward.factory import forward_source
-from service.sources.forward.server import ForwardServer
-from service.sources.kafka.base import KafkaSourceBase
+from service.sources.http.endpoint import http_sources
 from service.sources.kafka.factory import kafka_source
 from service.store import Store
 from service.store.identity import default_instance_id
 
 log = logging.getLogger("vllm_sentinel")
+
+# The sources: each entry builds those its settings turn on (not started). They start in
+# this order once the pipeline is up, and stop in it when the API has stopped.
+SOURCES: tuple[Callable[[SourcesSettings], Iterable[Source | None]], ...] = (
+    lambda s: http_sources(s.http),  # POST /ingest, POST /v1/logs: the API's routes
+    lambda s: [forward_source(s.forward)],  # on the event loop
+    lambda s: [kafka_source(s.kafka)],  # on a thread of its own
+)
 
 
 class _Server(uvicorn.Server):
@@ -77,8 +84,6 @@ class Service:
     store: Store
     pipeline: Pipeline
     dispatcher: Dispatcher
-    forward: ForwardServer | None = None
-    kafka: KafkaSourceBase | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
     _ticker: threading.Thread | None = None
 
@@ -93,8 +98,6 @@ class Service:
                 daemon=True,
             )
             self._ticker.start()
-        if self.kafka is not None:
-            self.kafka.start()
 
     def _tick_loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
@@ -105,8 +108,6 @@ class Service:
 
     def stop_threads(self) -> None:
         self._stop.set()
-        if self.kafka is not None:
-            self.kafka.stop()
         if self._ticker is not None:
             self._ticker.join(5)
         self.pipeline.close()
@@ -155,11 +156,10 @@ def build(settings: Settings) -> Service:
         max_streams=settings.streams.max_in_memory,
         idle_evict_s=settings.streams.idle_evict_s,
     )
-    try:  # the sources, not started; the HTTP ones are the API's routes (sources.http)
-        forward = forward_source(settings.sources.forward, pipeline)
+    try:
+        sources = tuple(s for build in SOURCES for s in build(settings.sources) if s is not None)
     except SourceSettingsError as exc:
         raise ConfigError(exc.problems) from None
-    kafka = kafka_source(settings.sources.kafka, pipeline)
     ctx = ServiceContext(
         settings=settings,
         store=store,
@@ -167,11 +167,9 @@ def build(settings: Settings) -> Service:
         rulebook=rulebook,
         text_model=model,
         instance_id=instance_id,
-        sources=tuple(s for s in (forward, kafka) if s is not None),
+        sources=sources,
     )
-    return Service(
-        ctx=ctx, store=store, pipeline=pipeline, dispatcher=dispatcher, forward=forward, kafka=kafka
-    )
+    return Service(ctx=ctx, store=store, pipeline=pipeline, dispatcher=dispatcher)
 
 
 def web_app(ctx: ServiceContext) -> FastAPI:
@@ -209,17 +207,16 @@ async def run(svc: Service) -> None:
             timeout_keep_alive=s.api.keep_alive_s,
         )
     )
-    if svc.forward is not None:
-        await svc.forward.start()
-        log.info("forward protocol on %s:%s", svc.forward.host, svc.forward.port)
+    for source in svc.ctx.sources:  # the pipeline: the sink every source hands records to
+        await source.start(svc.pipeline)
     svc.start_threads()
     svc.ctx.ready = True
     try:
         await server.serve()
     finally:
         svc.ctx.ready = False
-        if svc.forward is not None:
-            await svc.forward.stop()
+        for source in svc.ctx.sources:
+            await source.stop()
         await asyncio.to_thread(svc.stop_threads)
 
 
@@ -258,7 +255,7 @@ def serve(config: str | None = None) -> int:
         _redact(settings.store.url),
         settings.api.host,
         settings.api.port,
-        "on" if svc.kafka else "off",
+        "on" if settings.sources.kafka else "off",
         [r.name for r in settings.receivers],
     )
     with contextlib.suppress(KeyboardInterrupt):

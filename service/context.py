@@ -26,7 +26,8 @@ class ServiceContext:
     started_at: float = field(default_factory=time.time)
     ready: bool = False
     instance_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
-    # the sources that run beside the API (Forward, Kafka), whose health readiness reports
+    # every source (HTTP, Forward, Kafka): the API's ingest routes find their endpoint here,
+    # readiness their health
     sources: tuple[Source, ...] = ()
     # when readiness last found the database empty and gave it the schema again
     schema_recreated_at: float | None = None

@@ -236,7 +236,7 @@ class Pipeline:
         fresh: list[LogRecord] = []
         advance: dict[str, int] = {}
         for rec in records:
-            pos = Position.parse(rec.position)
+            pos = rec.position
             if pos is not None:  # kept per (source of the batch, partition)
                 part, offset = pos.partition, pos.offset
                 applied = self._applied_position(source, part)
@@ -293,7 +293,7 @@ class Pipeline:
         return {
             "source": source[:64],
             "stream": rec.stream[:1024],
-            "position": rec.position,
+            "position": None if rec.position is None else str(rec.position),
             "reason": type(exc).__name__[:64],
             "error": error,
             "text": text[:QUARANTINE_TEXT_CAP],

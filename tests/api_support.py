@@ -3,7 +3,10 @@ vLLM captures turned into what Fluent Bit's http output sends."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ from service.config import ApiSettings, Settings
 from service.context import ServiceContext
 from service.ingest.container_lines import split_cri
 from service.pipeline import Pipeline
+from service.sources.http.endpoint import HttpEndpoint, http_sources
 from service.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +42,9 @@ def make_context(
     store = Store(f"sqlite:///{db}")
     store.migrate()
     pipeline = Pipeline(store, Classifier(rulebook))
+    sources = http_sources(http)  # the HTTP doors, started as the service starts them
+    for source in sources:
+        _run(source.start(pipeline))
     return ServiceContext(
         settings=settings,
         store=store,
@@ -45,10 +52,30 @@ def make_context(
         rulebook=rulebook,
         text_model=None,
         ready=True,
+        sources=sources,
     )
 
 
+def _run(step: Coroutine[Any, Any, None]) -> None:
+    """Run a source's start or stop, from a test's event loop too (on a thread of its own)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(step)
+        return
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, step).result()
+
+
+def endpoint_in(ctx: ServiceContext, source: str) -> HttpEndpoint:
+    """The context's endpoint of ``source`` (``http``, ``otlp``), whose limits a test lowers."""
+    (endpoint,) = (s for s in ctx.sources if isinstance(s, HttpEndpoint) and s.source == source)
+    return endpoint
+
+
 def close_context(ctx: ServiceContext) -> None:
+    for source in ctx.sources:  # the lines held unfinished are stored, as at shutdown
+        _run(source.stop())
     ctx.pipeline.close()
     ctx.store.close()
 

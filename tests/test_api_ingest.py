@@ -17,11 +17,12 @@ from fastapi.testclient import TestClient
 from service.api import create_app
 from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
-from service.sources.http.endpoint import HttpEndpoint, endpoint_of
+from service.sources.http.endpoint import HttpEndpoint
 from tests.api_support import (
     REAL,
     WRITE,
     close_context,
+    endpoint_in,
     fluentbit_records,
     json_array,
     kube,
@@ -54,7 +55,7 @@ def client(ctx) -> Iterator[TestClient]:
 
 def http_endpoint(client: TestClient) -> HttpEndpoint:
     """The app's ``POST /ingest`` endpoint, whose limits a test lowers."""
-    return endpoint_of(client.app.state, ingest_route.SOURCE)
+    return endpoint_in(client.app.state.ctx, ingest_route.SOURCE)
 
 
 def critical(client: TestClient, **params: str) -> list[dict]:

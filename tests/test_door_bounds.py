@@ -18,10 +18,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from service.api import create_app
 from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
+from service.ingest.bounds import MAX_CONTAINERS, MAX_FIELDS
 from service.ingest.otlp_scan import ScanLimit, scan_export
 from service.sources.http.body import BodyRefused
 from service.sources.http.otlp import decode_export
-from service.sources.limits import MAX_CONTAINERS, MAX_FIELDS
 from tests.api_support import WRITE, close_context, make_context
 from tests.ingest_samples import STARTUP, rejects
 from tests.test_forward import T0, Client, Sink, record

@@ -15,6 +15,7 @@ from service.ingest.fluent_record import stream_key
 from service.ingest.lines import PARTIAL
 from service.ingest.runtime_paths import path_meta
 from service.ingest.timestamps import EventTime, ext_hook, parse_rfc3339, to_epoch
+from service.records import Position
 from tests.ingest_samples import (
     COLOURED,
     CONTAINER_ID,
@@ -51,9 +52,9 @@ def docker_line(log: str, stream: str = "stdout", time: str = DOCKER_TIME) -> st
 def test_raw_line_strips_only_the_newline_and_keeps_cr_and_ansi():
     (rec,) = decode_line(NO_KERNEL + "\n", "vllm.log")
     assert rec.text == NO_KERNEL and rec.text.endswith("\r")
-    (rec,) = decode_line(COLOURED + "\n", "vllm.log", position="file:vllm.log:3")
+    (rec,) = decode_line(COLOURED + "\n", "vllm.log", position=Position("file", "vllm.log", 3))
     assert rec.text == COLOURED
-    assert (rec.stream, rec.time, rec.meta, rec.position) == (
+    assert (rec.stream, rec.time, rec.meta, str(rec.position)) == (
         "vllm.log",
         None,
         {},
@@ -259,14 +260,14 @@ def test_kafka_style_timestamp_key_and_message_field():
 
 def test_record_with_several_lines_becomes_several_records():
     rec = fluent_bit_record(log=f"{ROUTES}\r\n{NCCL_WARN}\n")
-    out = decode_record(rec, position="kafka:logs:0:7")
+    out = decode_record(rec, position=Position("kafka", "logs:0", 7))
     assert [r.text for r in out] == [ROUTES + "\r", NCCL_WARN]
-    assert [r.position for r in out] == ["kafka:logs:0:7", "kafka:logs:0:7#1"]
+    assert [str(r.position) for r in out] == ["kafka:logs:0:7", "kafka:logs:0:7#1"]
     assert out[0].meta == out[1].meta and out[0].meta is not out[1].meta
 
 
 def test_docker_log_with_embedded_newline_and_unfinished_tail():
-    out = decode_line(docker_line("first\nsecond"), "c", position="p")
+    out = decode_line(docker_line("first\nsecond"), "c", position=Position("p", "p", 0))
     assert [(r.text, PARTIAL in r.meta) for r in out] == [("first", False), ("second", True)]
 
 
@@ -316,8 +317,8 @@ def test_oversize_line_is_truncated_and_counted():
 
 def test_decode_text_splits_a_blob_into_positioned_lines():
     blob = f"{ROUTES}\n{CRI_TIME} stderr F {STARTUP}\n"
-    out = decode_text(blob, "k", position="kafka:t:0:1")
-    assert [(r.text, r.position) for r in out] == [
+    out = decode_text(blob, "k", position=Position("kafka", "t:0", 1))
+    assert [(r.text, str(r.position)) for r in out] == [
         (ROUTES, "kafka:t:0:1"),
         (STARTUP, "kafka:t:0:1#1"),
     ]

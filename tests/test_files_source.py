@@ -37,7 +37,7 @@ def test_plain_file_lines_positions_and_stream(tmp_path, monkeypatch):
     Path("vllm.log").write_text(VLLM_LOG)
     records = list(read_files(["vllm.log"]))
     assert [r.text for r in records] == [ROUTES, STARTUP, NO_KERNEL, NCCL_WARN, ENGINE_FAILED]
-    assert [r.position for r in records] == [f"file:vllm.log:{i}" for i in range(1, 6)]
+    assert [str(r.position) for r in records] == [f"file:vllm.log:{i}" for i in range(1, 6)]
     assert {r.stream for r in records} == {"vllm.log"}  # the path as given
     assert all(r.time is None and r.meta == {} for r in records)
 
@@ -74,7 +74,10 @@ def test_docker_json_file_with_16k_partials_is_joined(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     records = list(read_file(str(path)))
     assert [r.text for r in records] == [big, ROUTES]
-    assert records[0].position == f"file:{path}:1" and records[1].position == f"file:{path}:4"
+    assert (
+        str(records[0].position) == f"file:{path}:1"
+        and str(records[1].position) == f"file:{path}:4"
+    )
 
 
 def test_cri_file_under_var_log_pods_names_the_workload(tmp_path):
@@ -121,7 +124,7 @@ def test_nul_padding_is_removed_and_binary_junk_dropped(tmp_path):
     nul, binary = rejects("file", "nul_bytes"), rejects("file", "binary")
     records = list(read_file(str(path)))
     assert [r.text for r in records] == [ROUTES, STARTUP]
-    assert [r.position for r in records] == [f"file:{path}:1", f"file:{path}:3"]
+    assert [str(r.position) for r in records] == [f"file:{path}:1", f"file:{path}:3"]
     assert rejects("file", "nul_bytes") == nul + 2
     assert rejects("file", "binary") == binary + 1
 
@@ -132,7 +135,7 @@ def test_oversize_line_is_cut_and_the_rest_skipped(tmp_path):
     before = rejects("file", "oversize")
     records = list(read_file(str(path), max_line=1001))
     assert [r.text for r in records] == ["a" * 1001, KV_CACHE, "é" * 500]  # cut on a char boundary
-    assert records[1].position == f"file:{path}:2"
+    assert str(records[1].position) == f"file:{path}:2"
     assert rejects("file", "oversize") == before + 2
 
 
@@ -147,7 +150,7 @@ def test_stdin_dash(tmp_path):
     stdin = io.BytesIO(gzip.compress(VLLM_LOG.encode()))
     records = list(read_files(["-"], stdin=stdin))
     assert len(records) == 5
-    assert {r.stream for r in records} == {"stdin"} and records[0].position == "file:-:1"
+    assert {r.stream for r in records} == {"stdin"} and str(records[0].position) == "file:-:1"
 
 
 def test_explicit_stream_and_format(tmp_path):

@@ -25,10 +25,10 @@ from pydantic import ValidationError
 from service.api import create_app
 from service.classify.rulebook import RuleBook
 from service.config import ForwardSettings, Settings
+from service.ingest.bounds import MAX_TAG
 from service.netguard import InsecureConfigError, check_forward_config
 from service.sources.forward.connection import CLOSED
 from service.sources.forward.server import ForwardServer
-from service.sources.limits import MAX_TAG
 from tests.api_support import close_context, make_context
 from tests.ingest_samples import ROUTES, STARTUP, TAG, rejects
 from tests.test_forward import HOST, T0, Client, Sink, record, until

@@ -22,11 +22,19 @@ from service.api import create_app
 from service.api.routers import ingest as ingest_route
 from service.classify.rulebook import RuleBook
 from service.config import ApiSettings, Settings
+from service.ingest.bounds import MAX_TAG
 from service.ingest.budget import DECOMPRESSED, Lease
 from service.netguard import InsecureConfigError, check_auth_config
-from service.sources.http.endpoint import HttpEndpoint, endpoint_of
-from service.sources.limits import MAX_TAG
-from tests.api_support import REAL, WRITE, close_context, fluentbit_records, kube, make_context
+from service.sources.http.endpoint import HttpEndpoint
+from tests.api_support import (
+    REAL,
+    WRITE,
+    close_context,
+    endpoint_in,
+    fluentbit_records,
+    kube,
+    make_context,
+)
 from tests.ingest_samples import rejects
 
 KV = REAL / "kv-cache-too-small.cri.log"
@@ -53,7 +61,7 @@ def client(ctx) -> Iterator[TestClient]:
 
 def http_endpoint(client: TestClient) -> HttpEndpoint:
     """The app's ``POST /ingest`` endpoint, whose limits a test lowers."""
-    return endpoint_of(client.app.state, ingest_route.SOURCE)
+    return endpoint_in(client.app.state.ctx, ingest_route.SOURCE)
 
 
 def post(

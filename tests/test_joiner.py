@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from service.ingest.envelope import decode_line
 from service.ingest.joiner import Joiner
 from service.ingest.lines import PARTIAL
-from service.records import LogRecord
+from service.records import LogRecord, Position
 from tests.ingest_samples import ENGINE_FAILED, NCCL_WARN, ROUTES, STARTUP, rejects
 
 CHUNK = 16384
@@ -29,7 +29,7 @@ def cri(content: str, flag: str = "F", fd: str = "stdout", second: int = 12) -> 
 def decode_all(lines: list[str], stream: str = "c") -> list[LogRecord]:
     out: list[LogRecord] = []
     for i, line in enumerate(lines, 1):
-        out.extend(decode_line(line, stream, position=f"file:c:{i}"))
+        out.extend(decode_line(line, stream, position=Position("file", "c", i)))
     return out
 
 
@@ -41,7 +41,7 @@ def test_docker_16k_partials_are_concatenated():
     assert [PARTIAL in r.meta for r in records] == [True, True, False]
     (joined,) = Joiner().feed(records)
     assert joined.text == line
-    assert joined.position == "file:c:1"  # where the line starts
+    assert str(joined.position) == "file:c:1"  # where the line starts
     assert joined.time == records[0].time
     assert joined.meta == {"fd": "stdout"}
 

@@ -216,7 +216,7 @@ def test_every_ingest_shape_carries_them(tmp_path: Path) -> None:
     assert [r.stream for r in decode_line(line, "stdin")] == [STREAM]
     kafka = decode_kafka_value(json.dumps(events).encode(), None, "k8s-events", 0, 7)
     assert [r.stream for r in kafka] == [STREAM, "ml/vllm-llama-70b-0"]
-    assert kafka[0].position == "kafka:k8s-events:0:7"
+    assert str(kafka[0].position) == "kafka:k8s-events:0:7"
     pod_line = json.dumps(doc("pod-oomkilled.json"))  # one line: no "message", still a pod
     assert len(decode_line(pod_line, "stdin")) == 2
 

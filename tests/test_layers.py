@@ -1,7 +1,9 @@
 """The house's floors (docs/architecture.md): data flows one way, from the records at the bottom
 to the CLI at the top, and no import runs back up.
 
-Read from the code itself (every ``import`` in ``service/``, those inside functions too):
+Read from the code itself (every ``import``, ``importlib.import_module`` and ``__import__`` of
+a ``service`` module in ``service/``, those inside functions too; only the body of ``if
+TYPE_CHECKING:`` and the ``else`` of ``if not TYPE_CHECKING:`` never run and are left out):
 
 * no cycle between modules, none between packages;
 * no import of a higher floor (a package may import its own floor and the ones below);
@@ -82,31 +84,74 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_pkg: bool) -> li
     return [t for n in names if n.split(".")[0] == "service" and (t := _resolve(n))]
 
 
+def type_checking(test: ast.expr) -> bool | None:
+    """True for the test of ``if TYPE_CHECKING:`` (its body never runs), False for ``if not
+    TYPE_CHECKING:`` (its ``else`` never runs), None for any other test."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = type_checking(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Name | ast.Attribute):
+        name = test.id if isinstance(test, ast.Name) else test.attr
+        return True if name == "TYPE_CHECKING" else None
+    return None
+
+
+def dynamic_import(node: ast.AST) -> str | None:
+    """The module named by ``importlib.import_module("...")`` or ``__import__("...")``."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if name not in ("import_module", "__import__"):
+        return None
+    first = node.args[0]
+    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+
+
+def module_imports(text: str, module: str, is_pkg: bool) -> tuple[set[str], set[str]]:
+    """(what ``module`` imports at run time, what it imports inside functions), read from its
+    source ``text``: every ``import``, ``importlib.import_module`` and ``__import__`` of a
+    ``service`` module, except the body of ``if TYPE_CHECKING:`` and the ``else`` of ``if not
+    TYPE_CHECKING:`` (they never run)."""
+    runtime: set[str] = set()
+    lazy: set[str] = set()
+
+    def found(targets: list[str], in_function: bool) -> None:
+        for target in targets:
+            if target != module:
+                runtime.add(target)
+                if in_function:
+                    lazy.add(target)
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and (only := type_checking(child.test)) is not None:
+                for stmt in child.orelse if only else child.body:  # the branch that runs
+                    visit_node(stmt, in_function)
+                continue
+            visit_node(child, in_function)
+
+    def visit_node(child: ast.AST, in_function: bool) -> None:
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            found(_targets(child, module, is_pkg), in_function)
+            return
+        named = dynamic_import(child)
+        if named is not None and named.split(".")[0] == "service":
+            found([t for t in [_resolve(named)] if t], in_function)
+        nested = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        visit(child, in_function or nested)
+
+    visit(ast.parse(text), False)
+    return runtime, lazy
+
+
 def imports() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(module → what it imports at run time, module → what it imports inside functions);
-    imports under ``if TYPE_CHECKING:`` are left out (they never run)."""
+    """(module → what it imports at run time, module → what it imports inside functions)."""
     runtime: dict[str, set[str]] = defaultdict(set)
     lazy: dict[str, set[str]] = defaultdict(set)
     for module, path in MODULES.items():
-        is_pkg = path.name == "__init__.py"
-
-        def visit(
-            node: ast.AST, in_function: bool, module: str = module, is_pkg: bool = is_pkg
-        ) -> None:
-            for child in ast.iter_child_nodes(node):
-                if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
-                    continue
-                if isinstance(child, ast.Import | ast.ImportFrom):
-                    for target in _targets(child, module, is_pkg):
-                        if target != module:
-                            runtime[module].add(target)
-                            if in_function:
-                                lazy[module].add(target)
-                    continue
-                nested = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-                visit(child, in_function or nested)
-
-        visit(ast.parse(path.read_text(encoding="utf-8")), False)
+        text = path.read_text(encoding="utf-8")
+        runtime[module], lazy[module] = module_imports(text, module, path.name == "__init__.py")
     return runtime, lazy
 
 
@@ -170,21 +215,29 @@ def test_no_cycle_between_packages() -> None:
     assert cycles(graph) == []
 
 
-def test_no_import_runs_back_up() -> None:
-    upward = {
+def upward(runtime: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) where the import climbs to a higher floor."""
+    return {
         (src, dst)
-        for src, targets in RUNTIME.items()
+        for src, targets in runtime.items()
         for dst in targets
         if src != "service" and dst != "service" and FLOOR[piece(dst)] > FLOOR[piece(src)]
     }
-    assert upward == set()
+
+
+def hidden(lazy: dict[str, set[str]]) -> set[tuple[str, str]]:
+    """(importer, imported) where the import runs inside a function, the CLI's excepted."""
+    return {
+        (src, dst) for src, targets in lazy.items() if piece(src) not in LAZY_OK for dst in targets
+    }
+
+
+def test_no_import_runs_back_up() -> None:
+    assert upward(RUNTIME) == set()
 
 
 def test_no_import_hidden_inside_a_function() -> None:
-    hidden = {
-        (src, dst) for src, targets in LAZY.items() if piece(src) not in LAZY_OK for dst in targets
-    }
-    assert hidden == set()
+    assert hidden(LAZY) == set()
 
 
 def test_only_the_cli_imports_the_training_package() -> None:
@@ -231,3 +284,56 @@ def test_the_checks_see_a_cycle_and_an_upward_import() -> None:
         for t in _targets(n, "service.classify.engine", False)
     ]
     assert found == ["service.ui"]
+
+
+def planted(text: str, module: str = "service.parse.line") -> tuple[set[str], set[str]]:
+    """What the checks read from ``text`` as the source of ``module`` (a floor-1 module)."""
+    return module_imports(text, module, False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "from typing import TYPE_CHECKING\nif not TYPE_CHECKING:\n    from service.api import app\n",
+        "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import service.api.app\n",
+        "import importlib\napp = importlib.import_module('service.api.app')\n",
+        "from importlib import import_module\napp = import_module('service.api.app')\n",
+        "app = __import__('service.api.app')\n",
+    ],
+    ids=["if-not-type-checking", "else-of-type-checking", "importlib", "import_module", "dunder"],
+)
+def test_the_checks_see_an_upward_import_however_it_is_written(text: str) -> None:
+    """A planted climb from ``parse`` to ``api`` is an import that runs, and fails the
+    floor check."""
+    runtime, lazy = planted(text)
+    assert runtime == {"service.api.app"} and lazy == set()
+    assert upward({"service.parse.line": runtime}) == {("service.parse.line", "service.api.app")}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def f():\n    import importlib\n    return importlib.import_module('service.records')\n",
+        "def f():\n    return __import__('service.records')\n",
+        "f = lambda: __import__('service.records')\n",
+        "def f(TYPE_CHECKING):\n    if not TYPE_CHECKING:\n        import service.records\n",
+    ],
+    ids=["importlib", "dunder", "lambda", "if-not-type-checking"],
+)
+def test_the_checks_see_an_import_hidden_in_a_function(text: str) -> None:
+    runtime, lazy = planted(text)
+    assert lazy == runtime == {"service.records"}
+    assert hidden({"service.parse.line": lazy}) == {("service.parse.line", "service.records")}
+
+
+def test_only_what_never_runs_is_left_out() -> None:
+    """The body of ``if TYPE_CHECKING:`` and the ``else`` of ``if not TYPE_CHECKING:`` are
+    for the type checker; every other branch runs."""
+    text = (
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from service.api import app\nelse:\n    import service.records\n"
+        "if not TYPE_CHECKING:\n    import service.labels\nelse:\n    import service.ui\n"
+        "if DEBUG:\n    import service.config\nelse:\n    import service.taxonomy\n"
+    )
+    runtime, _ = planted(text)
+    assert runtime == {"service.records", "service.labels", "service.config", "service.taxonomy"}

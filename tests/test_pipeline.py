@@ -42,11 +42,15 @@ def snapshot(store: Store) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]
 
 
 def test_position_parsing() -> None:
-    assert Position.parse("kafka:vllm-logs:3:1234") == ("kafka", "vllm-logs:3", 1234)
-    assert Position.parse("kafka:vllm-logs:3:1234#2") == ("kafka", "vllm-logs:3", 1234)
-    assert Position.parse("file:/var/log/x.log:12") == ("file", "/var/log/x.log", 12)
+    assert Position.parse("kafka:vllm-logs:3:1234") == Position("kafka", "vllm-logs:3", 1234)
+    assert Position.parse("kafka:vllm-logs:3:1234#2") == Position("kafka", "vllm-logs:3", 1234)
+    assert Position.parse("file:/var/log/x.log:12") == Position("file", "/var/log/x.log", 12)
     assert Position.parse(None) is None and Position.parse("forward:abc") is None
-    assert str(Position("kafka", "vllm-logs:3", 1234)) == "kafka:vllm-logs:3:1234"
+    at = Position("kafka", "vllm-logs:3", 1234)
+    assert str(at) == "kafka:vllm-logs:3:1234"
+    assert str(at.sub(2)) == "kafka:vllm-logs:3:1234#2"
+    assert str(at.sub(1).sub("evicted")) == "kafka:vllm-logs:3:1234#1#evicted"
+    assert at.sub(2)._replace(part="") == at  # the same message
     assert partition_name(("t", 3)) == "t:3" == partition_name("t:3")
 
     class TP:

@@ -10,7 +10,7 @@ from service.classify.engine import Classifier
 from service.classify.rulebook import RuleBook
 from service.incidents.incident import Change
 from service.pipeline import Pipeline
-from service.records import LogRecord
+from service.records import LogRecord, Position
 from service.store import Store
 from tests.test_store import REAL, kafka_records
 
@@ -39,10 +39,12 @@ def quarantined_total() -> float:
 
 def test_a_poison_record_is_quarantined_and_the_oom_after_it_opens(store: Store) -> None:
     recs = kafka_records(REAL / "kv-cache-too-small.cri.log", stream="ns/a/vllm")
-    poison = LogRecord("ns/a/vllm", POISON + " x" * 50_000, None, {}, "kafka:vllm-logs:0:999")
+    poison = LogRecord(
+        "ns/a/vllm", POISON + " x" * 50_000, None, {}, Position("kafka", "vllm-logs:0", 999)
+    )
     recs.insert(3, poison)
     for i, r in enumerate(recs):
-        r.position = f"kafka:vllm-logs:0:{i}"
+        r.position = Position("kafka", "vllm-logs:0", i)
     before = quarantined_total()
 
     def make(**kw: Any) -> Classifier:
@@ -76,7 +78,9 @@ def test_the_api_lists_quarantined_records_to_readers_only(tmp_path) -> None:
 
     ctx = make_context(tmp_path / "s.db", RB, read_token=READ_TOKEN)
     ctx.pipeline.classifier = FaultyClassifier(RB, tracker=ctx.pipeline.tracker)
-    ctx.pipeline.process([LogRecord("ns/b/vllm", POISON, None, {}, "kafka:t:0:7")], "kafka")
+    ctx.pipeline.process(
+        [LogRecord("ns/b/vllm", POISON, None, {}, Position("kafka", "t:0", 7))], "kafka"
+    )
     with TestClient(create_app(ctx)) as c:
         assert c.get("/quarantine").status_code == 401
         got = c.get("/quarantine", headers=READ)

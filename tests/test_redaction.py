@@ -23,7 +23,7 @@ from service.classify.rules import RULES_DIR
 from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.cli import main
 from service.offline.report import classify_records
-from service.records import LogRecord
+from service.records import LogRecord, Position
 from tests.api_support import WRITE, close_context, json_array, make_context
 from tests.secrets_support import SECRETS, dump_tables, leaked, secret_lines, write_secret_log
 
@@ -182,7 +182,7 @@ def test_ingest_stores_and_serves_no_secret(tmp_path: Path) -> None:
 def test_a_quarantined_record_keeps_no_secret(tmp_path: Path) -> None:
     ctx = make_context(tmp_path / "s.db", RuleBook())
     try:
-        rec = LogRecord("a/b/c", f"boom {SECRETS[0]}", position="file:x:1")
+        rec = LogRecord("a/b/c", f"boom {SECRETS[0]}", position=Position("file", "x", 1))
         row = ctx.pipeline._quarantine(rec, "file", ValueError(f"bad line {SECRETS[1]}"))
         assert leaked(json.dumps(row)) == []
     finally:

@@ -23,7 +23,7 @@ from service.classify.engine import Classifier
 from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
 from service.pipeline import Pipeline
-from service.records import LogRecord
+from service.records import LogRecord, Position
 from service.sources.files import read_files
 from service.store import Store
 from service.store.migrate import current_revision, head_revision
@@ -103,7 +103,7 @@ def kafka_records(
     for i, rec in enumerate(read_files([str(path)])):
         rec.stream = stream
         rec.meta = {**rec.meta, **(meta or {})}
-        rec.position = f"kafka:{topic}:{partition}:{start + i}"
+        rec.position = Position("kafka", f"{topic}:{partition}", start + i)
         out.append(rec)
     return out
 

@@ -9,8 +9,6 @@ thread pool, never blocking the event loop that also serves ingest and probes).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 
 from fastapi import FastAPI, Request
@@ -93,15 +91,6 @@ def create_app(ctx: ServiceContext) -> FastAPI:
     :func:`service.app.web_app`, one floor up: the API never imports the UI."""
     check_auth_config(ctx.settings.api)
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        try:
-            await ingest.flush_joiner(app, ctx.pipeline)
-            await otlp.flush_joiner(app, ctx.pipeline)
-        except Exception:
-            log.exception("api: could not store the unfinished lines held at shutdown")
-
     app = FastAPI(
         title="vllm-sentinel",
         version=_version(),
@@ -109,11 +98,8 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         docs_url=None,  # /docs: service.ui serves Swagger UI from vendored files (no CDN)
         redoc_url=None,
         openapi_url="/openapi.json",
-        lifespan=lifespan,
     )
     app.state.ctx = ctx
-    app.state.http_joiner = None
-    app.state.otlp_joiner = None
     for module in (incidents, streams, stats, silences, feedback, classify, health, quarantine):
         app.include_router(module.router)
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)

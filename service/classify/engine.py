@@ -83,12 +83,12 @@ class Classifier:
         self._secret_blocks: Blocks = OrderedDict()  # streams inside a multi-line secret
 
     # ---- streams -------------------------------------------------------------------
-    def state(self, key: str, meta: dict[str, Any] | None = None) -> StreamState:
+    def state(self, key: str, meta: Mapping[str, Any] | None = None) -> StreamState:
         """The stream ``key``: in memory, else as saved, else new."""
         return self.tracker.state(key, meta)
 
     def open_stream(
-        self, key: str, meta: dict[str, Any] | None = None, time: float | None = None
+        self, key: str, meta: Mapping[str, Any] | None = None, time: float | None = None
     ) -> tuple[StreamState, list[Change]]:
         """The stream ``key`` (created if new) and what its appearance changed: a container
         of a pod that logs was scheduled (its pod's placeholder hands over what it knew)."""
@@ -282,7 +282,7 @@ class Classifier:
         """A Kubernetes evidence record: classified by the signatures only, never moving the
         stream's stage or status (:mod:`service.classify.kube`)."""
         kube.route(rec, self.tracker.streams)
-        meta = dict(rec.meta)
+        meta: dict[str, Any] = dict(rec.meta)
         evidence: dict[str, Any] = meta.pop("kube", None) or {}
         st = self.state(rec.stream, meta)
         if meta.get("node") != st.meta.get("node") or not st.facts:

@@ -6,6 +6,7 @@ Kafka partition) continues a startup where it was.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +76,7 @@ class StreamState:
         return cls(**data)
 
 
-def merge_meta(st: StreamState, meta: dict[str, Any], cuda: CudaTable) -> None:
+def merge_meta(st: StreamState, meta: Mapping[str, Any], cuda: CudaTable) -> None:
     """A record's metadata into its stream's (empty values, ``fd`` and ``tag`` left out), and
     what it tells as facts: image, node, namespace, pod, container, the image's CUDA."""
     for k, v in meta.items():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -134,7 +134,7 @@ class StreamTracker:
                 self.versions[key] = snap.version
         return st
 
-    def state(self, key: str, meta: dict[str, Any] | None = None) -> StreamState:
+    def state(self, key: str, meta: Mapping[str, Any] | None = None) -> StreamState:
         """The stream ``key`` (:meth:`find`), else a new one that knows its workload's last
         good start."""
         st = self.find(key)

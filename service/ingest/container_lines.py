@@ -11,13 +11,13 @@ a unit is in, and what to do when it is in none, is :mod:`service.ingest.envelop
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from service.ingest.json_text import expand_vllm_json
 from service.ingest.lines import PARTIAL, line_records
 from service.ingest.salvage import clean_text, truncate
 from service.ingest.timestamps import parse_rfc3339
-from service.records import LogRecord
+from service.records import LogRecord, Meta, Position
 
 DOCKER_KEYS = frozenset(("log", "stream", "time", "attrs"))
 
@@ -55,7 +55,7 @@ def split_cri(line: str) -> CriLine | None:
     return t, fd, flag == "P", content
 
 
-def docker_log(obj: dict[str, Any], source: str) -> str | None:
+def docker_log(obj: Mapping[str, object], source: str) -> str | None:
     """The ``log`` of a Docker json-file entry (an object with only Docker's keys and a text
     ``log``), lone surrogates repaired; None when ``obj`` is not one."""
     text = obj.get("log")
@@ -67,8 +67,8 @@ def docker_log(obj: dict[str, Any], source: str) -> str | None:
 def cri_records(
     cri: CriLine,
     key: str,
-    position: str | None,
-    meta: dict[str, Any],
+    position: Position | None,
+    meta: Meta,
     source: str,
     max_line: int,
 ) -> list[LogRecord]:
@@ -90,8 +90,8 @@ def docker_records(
     text: str,
     key: str,
     t: float | None,
-    meta: dict[str, Any],
-    position: str | None,
+    meta: Meta,
+    position: Position | None,
     source: str,
     max_line: int,
 ) -> list[LogRecord]:

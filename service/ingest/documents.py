@@ -11,12 +11,11 @@ evidence lines, a Fluent Bit / vLLM JSON record its log lines.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from service import ratelog
 from service.ingest.envelope import MAX_LINE, decode_record
-from service.records import LogRecord
+from service.records import LogRecord, Meta, Position
 
 MAX_DOCUMENT = 64 << 20  # bytes
 
@@ -32,8 +31,8 @@ def looks_like_document(head: bytes) -> bool:
 def read_document(
     fh: BinaryIO,
     stream: str,
-    meta: Mapping[str, Any] | None,
-    position: str,
+    meta: Meta | None,
+    position: Position,
     source: str = "file",
     max_line: int = MAX_LINE,
 ) -> list[LogRecord] | None:
@@ -61,7 +60,7 @@ def read_document(
             decode_record(
                 item,
                 stream=stream,
-                position=f"{position}#{i}",
+                position=position.sub(i),
                 meta=meta,
                 source=source,
                 max_line=max_line,

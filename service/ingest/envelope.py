@@ -42,7 +42,7 @@ from service.ingest.lines import line_records
 from service.ingest.salvage import clean_text, decode_bytes, truncate
 from service.ingest.timestamps import to_epoch
 from service.ingest.vllm_json import is_vllm_json, vllm_json_lines
-from service.records import LogRecord
+from service.records import LogRecord, Meta, Position, fill_meta
 
 MAX_LINE = 1 << 20  # characters; longer lines are truncated and counted as ``oversize``
 
@@ -62,8 +62,8 @@ def decode_line(
     line: str,
     stream: str,
     fmt: Format | str = Format.AUTO,
-    position: str | None = None,
-    meta: Mapping[str, Any] | None = None,
+    position: Position | None = None,
+    meta: Meta | None = None,
     source: str = "line",
     max_line: int = MAX_LINE,
 ) -> list[LogRecord]:
@@ -90,7 +90,7 @@ def decode_line(
     elif fmt == Format.VLLM_JSON:
         obj = json_object(line) if line[:1] == "{" else None
         if obj is not None and is_vllm_json(obj):
-            rec_meta = dict(meta) if meta else {}
+            rec_meta: Meta = meta.copy() if meta else {}
             key = stream_key(rec_meta, stream) if meta else stream
             return line_records(
                 "\n".join(vllm_json_lines(obj)),
@@ -130,7 +130,7 @@ def decode_line(
         line = truncate(line, max_line, source)
     if not meta:
         return [LogRecord(stream, line, None, {}, position)]
-    rec_meta = dict(meta)
+    rec_meta = meta.copy()
     return [LogRecord(stream_key(rec_meta, stream), line, None, rec_meta, position)]
 
 
@@ -140,8 +140,8 @@ def decode_record(
     stream: str | None = None,
     tag: str | None = None,
     time: Any = None,
-    position: str | None = None,
-    meta: Mapping[str, Any] | None = None,
+    position: Position | None = None,
+    meta: Meta | None = None,
     fmt: Format | str = Format.AUTO,
     source: str = "record",
     max_line: int = MAX_LINE,
@@ -194,8 +194,7 @@ def decode_record(
         )
     rec_meta = record_meta(record, tag, fd)
     if meta:
-        for key, value in meta.items():
-            rec_meta.setdefault(key, value)
+        fill_meta(rec_meta, meta)
     key = stream_key(rec_meta, stream or tag or source)
     if docker_style:
         return docker_records(text, key, t, rec_meta, position, source, max_line)
@@ -209,8 +208,8 @@ def decode_text(
     stream: str,
     *,
     fmt: Format | str = Format.AUTO,
-    position: str | None = None,
-    meta: Mapping[str, Any] | None = None,
+    position: Position | None = None,
+    meta: Meta | None = None,
     source: str = "text",
     max_line: int = MAX_LINE,
 ) -> list[LogRecord]:
@@ -225,7 +224,7 @@ def decode_text(
         lines.pop()
     out: list[LogRecord] = []
     for i, line in enumerate(lines):
-        pos = position if i == 0 or position is None else f"{position}#{i}"
+        pos = position if i == 0 or position is None else position.sub(i)
         out.extend(
             decode_line(
                 line, stream, fmt=fmt, position=pos, meta=meta, source=source, max_line=max_line
@@ -235,10 +234,10 @@ def decode_text(
 
 
 def _decode_dict_line(
-    obj: dict[str, Any],
+    obj: Mapping[str, Any],
     stream: str,
-    position: str | None,
-    meta: Mapping[str, Any] | None,
+    position: Position | None,
+    meta: Meta | None,
     source: str,
     max_line: int,
 ) -> list[LogRecord]:
@@ -246,7 +245,7 @@ def _decode_dict_line(
     text = docker_log(obj, source)
     if text is not None:
         fd = obj.get("stream")
-        rec_meta = dict(meta) if meta else {}
+        rec_meta: Meta = meta.copy() if meta else {}
         if type(fd) is str and fd in FD:
             rec_meta["fd"] = FD[fd]
         key = stream_key(rec_meta, stream)
@@ -261,15 +260,15 @@ def _decode_dict_line(
 def _cri(
     cri: CriLine,
     stream: str,
-    position: str | None,
-    meta: Mapping[str, Any] | None,
+    position: Position | None,
+    meta: Meta | None,
     source: str,
     max_line: int,
 ) -> list[LogRecord]:
     """A CRI line's records under the stream key ``meta`` names (else ``stream``)."""
     if not meta:
         return cri_records(cri, stream, position, {}, source, max_line)
-    rec_meta = dict(meta)
+    rec_meta = meta.copy()
     return cri_records(cri, stream_key(rec_meta, stream), position, rec_meta, source, max_line)
 
 

@@ -18,8 +18,20 @@ from typing import Any
 from service.ingest.kube import is_kube_object
 from service.ingest.runtime_paths import path_meta
 from service.ingest.vllm_json import is_vllm_json
+from service.records import Meta, MetaText, fill_meta
 
 FD = {"stdout": "stdout", "stderr": "stderr"}  # the fd names, interned
+# meta key ← the key of the ``kubernetes`` map (Fluent Bit's name, else another's)
+_KUBERNETES: tuple[tuple[MetaText, str, str | None], ...] = (
+    ("namespace", "namespace_name", "namespace"),
+    ("pod", "pod_name", None),
+    ("container", "container_name", None),
+    ("container_id", "docker_id", "container_id"),
+    ("pod_id", "pod_id", None),
+    ("node", "host", None),
+    ("image", "container_image", None),
+    ("image_id", "container_hash", "container_image_id"),
+)
 
 
 def text_field(record: Mapping[str, Any]) -> Any:
@@ -33,7 +45,7 @@ def text_field(record: Mapping[str, Any]) -> Any:
     return text
 
 
-def merged_vllm_json(record: Mapping[str, Any]) -> dict[str, Any] | None:
+def merged_vllm_json(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """A vLLM JSON record a collector parsed into a key of its own (Fluent Bit
     ``Merge_Log_Key``) when the record has no line field."""
     for value in record.values():
@@ -54,37 +66,17 @@ def has_line(record: Mapping[str, Any]) -> bool:
     return is_kube_object(record) or merged_vllm_json(record) is not None
 
 
-def record_meta(record: Mapping[str, Any], tag: str | None, fd: Any) -> dict[str, Any]:
+def record_meta(record: Mapping[str, Any], tag: str | None, fd: object) -> Meta:
     """``LogRecord.meta`` from a record's ``kubernetes``/``docker`` maps, its ``stream`` and
     the Fluent tag (a kubelet-path tag fills what the maps lack)."""
-    meta: dict[str, Any] = {}
+    meta: Meta = {}
     kube = record.get("kubernetes")
-    if type(kube) is dict:  # straight-line on purpose: this runs for every record
+    if type(kube) is dict:
         get = kube.get
-        v = get("namespace_name") or get("namespace")
-        if type(v) is str and v:
-            meta["namespace"] = v
-        v = get("pod_name")
-        if type(v) is str and v:
-            meta["pod"] = v
-        v = get("container_name")
-        if type(v) is str and v:
-            meta["container"] = v
-        v = get("docker_id") or get("container_id")
-        if type(v) is str and v:
-            meta["container_id"] = v
-        v = get("pod_id")
-        if type(v) is str and v:
-            meta["pod_id"] = v
-        v = get("host")
-        if type(v) is str and v:
-            meta["node"] = v
-        v = get("container_image")
-        if type(v) is str and v:
-            meta["image"] = v
-        v = get("container_hash") or get("container_image_id")
-        if type(v) is str and v:
-            meta["image_id"] = v
+        for key, name, alias in _KUBERNETES:
+            v = get(name) or (get(alias) if alias else None)
+            if type(v) is str and v:
+                meta[key] = v
         v = get("labels")
         if type(v) is dict:
             meta["labels"] = v
@@ -102,12 +94,11 @@ def record_meta(record: Mapping[str, Any], tag: str | None, fd: Any) -> dict[str
     if tag:
         meta["tag"] = tag
         if "pod" not in meta:
-            for key, value in path_meta(tag).items():
-                meta.setdefault(key, value)
+            fill_meta(meta, path_meta(tag))
     return meta
 
 
-def stream_key(meta: Mapping[str, Any], default: str) -> str:
+def stream_key(meta: Meta, default: str) -> str:
     """``namespace/pod/container`` when known (stable across container restarts), else the
     container id, else the Fluent tag, else ``default``."""
     ns = meta.get("namespace")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from service import ratelog
 from service.ingest.envelope import MAX_LINE
@@ -41,7 +40,7 @@ class Joiner:
         self.max_line = max_line
         self.source = source
         self.max_streams = max_streams
-        self._pending: dict[tuple[str, Any], _Pending] = {}
+        self._pending: dict[tuple[str, str | None], _Pending] = {}
 
     def __len__(self) -> int:
         """Number of unfinished lines held."""
@@ -97,11 +96,11 @@ class Joiner:
                 yield from out
                 out.clear()
 
-    def checkpoint(self) -> dict[tuple[str, Any], tuple[_Pending, int, int, bool]]:
+    def checkpoint(self) -> dict[tuple[str, str | None], tuple[_Pending, int, int, bool]]:
         """Cheap snapshot of the held lines (O(streams held)) for :meth:`rollback`."""
         return {k: (p, len(p.parts), p.size, p.truncated) for k, p in self._pending.items()}
 
-    def rollback(self, mark: dict[tuple[str, Any], tuple[_Pending, int, int, bool]]) -> None:
+    def rollback(self, mark: dict[tuple[str, str | None], tuple[_Pending, int, int, bool]]) -> None:
         """Undo everything fed since ``mark`` was taken: when the batch that completed lines
         could not be stored, the sender retries it and its chunks must not count twice."""
         self._pending = {}
@@ -155,8 +154,8 @@ class Joiner:
                         first.stream,
                         piece,
                         first.time,
-                        first.meta if i == 0 else dict(first.meta),
-                        pos if i == 0 or pos is None else f"{pos}#{i}",
+                        first.meta if i == 0 else first.meta.copy(),
+                        pos if i == 0 or pos is None else pos.sub(i),
                     )
                     for i, piece in enumerate(pieces)
                 ]

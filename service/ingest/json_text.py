@@ -8,7 +8,7 @@ escaped lone surrogate; :func:`service.ingest.salvage.clean_text` repairs it lat
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from json import JSONDecoder
 from typing import Any
 
@@ -40,7 +40,7 @@ def parse_json(text: str) -> Any:
     return obj
 
 
-def json_object(text: str) -> dict[str, Any] | None:
+def json_object(text: str) -> Mapping[str, Any] | None:
     """The JSON object ``text`` holds, else None (not JSON, or another kind of value)."""
     try:
         obj = parse_json(text)

@@ -41,11 +41,11 @@ by re-posting a pod's status, counts once), the reason, and whether only the pod
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from service.ingest.timestamps import to_epoch
-from service.records import LogRecord
+from service.records import KubeEvidence, LogRecord, Meta, Position
 
 EVENT_PREFIX = "[kubernetes event]"
 STATUS_PREFIX = "[kubernetes pod status]"
@@ -94,8 +94,8 @@ def kube_records(
     obj: Mapping[str, Any],
     *,
     time: Any = None,
-    position: str | None = None,
-    meta: Mapping[str, Any] | None = None,
+    position: Position | None = None,
+    meta: Meta | None = None,
     depth: int = 0,
 ) -> list[LogRecord]:
     """The evidence records of one Kubernetes object (``[]`` for routine ones)."""
@@ -113,7 +113,7 @@ def kube_records(
     out: list[LogRecord] = []
     for item in items:
         if type(item) is dict and is_kube_object(item):
-            pos = position if not out or position is None else f"{position}#{len(out)}"
+            pos = position if not out or position is None else position.sub(len(out))
             out.extend(kube_records(item, time=time, position=pos, meta=meta, depth=depth + 1))
     return out
 
@@ -124,12 +124,12 @@ def _record(
     container: str | None,
     text: str,
     t: float | None,
-    position: str | None,
-    meta: Mapping[str, Any] | None,
-    kube: dict[str, Any],
+    position: Position | None,
+    meta: Meta | None,
+    kube: KubeEvidence,
     node: str | None,
 ) -> LogRecord:
-    rec_meta: dict[str, Any] = dict(meta) if meta else {}
+    rec_meta: Meta = meta.copy() if meta else {}
     rec_meta["namespace"] = ns
     rec_meta["pod"] = pod
     if container:
@@ -148,12 +148,12 @@ def _s(value: Any) -> str:
     return value if type(value) is str else ""
 
 
-def _d(value: Any) -> dict[str, Any]:
+def _d(value: Any) -> Mapping[str, Any]:
     return value if type(value) is dict else {}
 
 
 def _event(
-    ev: Mapping[str, Any], time: Any, position: str | None, meta: Mapping[str, Any] | None
+    ev: Mapping[str, Any], time: Any, position: Position | None, meta: Meta | None
 ) -> list[LogRecord]:
     ref = ev.get("involvedObject") or ev.get("regarding")
     if type(ref) is not dict:
@@ -188,7 +188,12 @@ def _event(
     times = f" (x{count})" if count > 1 else ""
     text = f"{EVENT_PREFIX} {etype} {reason} {where}{times}: {message}"
     uid = _s((ev.get("metadata") or {}).get("uid")) or _s((ev.get("metadata") or {}).get("name"))
-    kube = {"kind": "event", "reason": reason, "type": etype, "id": f"event:{uid or text}:{count}"}
+    kube: KubeEvidence = {
+        "kind": "event",
+        "reason": reason,
+        "type": etype,
+        "id": f"event:{uid or text}:{count}",
+    }
     if reason in _ENDING_REASONS and "will be restarted" not in message:
         kube["life"] = "ended"
     return [_record(ns, name, container, text, t, position, meta, kube, node)]
@@ -212,8 +217,8 @@ def _controller_event(
     ev: Mapping[str, Any],
     ref: Mapping[str, Any],
     time: Any,
-    position: str | None,
-    meta: Mapping[str, Any] | None,
+    position: Position | None,
+    meta: Meta | None,
 ) -> list[LogRecord]:
     """A controller created or deleted one of its pods: lifecycle evidence of that pod."""
     reason = _s(ev.get("reason"))
@@ -231,7 +236,7 @@ def _controller_event(
     owner = f"{_s(ref.get('kind'))} {ns}/{_s(ref.get('name'))}"
     text = f"{EVENT_PREFIX} Normal {reason} pod {ns}/{pod} by {owner}: {message}"
     uid = _s((ev.get("metadata") or {}).get("uid")) or text
-    kube = {
+    kube: KubeEvidence = {
         "kind": "event",
         "reason": reason,
         "type": "Normal",
@@ -245,8 +250,8 @@ def _controller_event(
 def _pod(
     pod: Mapping[str, Any],
     time: Any,
-    position: str | None,
-    meta: Mapping[str, Any] | None,
+    position: Position | None,
+    meta: Meta | None,
     deleted: bool = False,
 ) -> list[LogRecord]:
     md = _d(pod.get("metadata"))
@@ -297,7 +302,7 @@ def _pod(
                 f": {msg}" if msg else ""
             )
             t = to_epoch(term.get("finishedAt")) or to_epoch(time)
-            kube: dict[str, Any] = {"kind": "status", "reason": reason, "id": tid}
+            kube: KubeEvidence = {"kind": "status", "reason": reason, "id": tid}
             out.append(_record(ns, name, cname, text, t, _pos(position, out), meta, kube, node))
         state = _d(cs.get("state"))
         waiting = state.get("waiting")
@@ -357,7 +362,10 @@ def _pod(
 
 
 def _pod_ended(
-    md: Mapping[str, Any], status: Mapping[str, Any], statuses: list[dict[str, Any]], deleted: bool
+    md: Mapping[str, Any],
+    status: Mapping[str, Any],
+    statuses: Sequence[Mapping[str, Any]],
+    deleted: bool,
 ) -> tuple[str, Any] | None:
     """(why, when) the pod itself ended - deleted, being deleted, or its phase final (its
     containers will not be restarted in it) - else None."""
@@ -378,5 +386,5 @@ def _pod_ended(
     return None
 
 
-def _pos(position: str | None, out: list[LogRecord]) -> str | None:
-    return position if not out or position is None else f"{position}#{len(out)}"
+def _pos(position: Position | None, out: list[LogRecord]) -> Position | None:
+    return position if not out or position is None else position.sub(len(out))

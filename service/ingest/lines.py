@@ -9,21 +9,21 @@ vLLM JSON log record becomes the lines vLLM's text format prints.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Final
 
 from service.ingest.json_text import expand_vllm_json
 from service.ingest.salvage import truncate
-from service.records import LogRecord
+from service.records import LogRecord, Meta, Position
 
-PARTIAL = "partial"  # meta key set on chunks of a longer line (consumed by the joiner)
+PARTIAL: Final = "partial"  # meta key set on chunks of a longer line (consumed by the joiner)
 
 
 def line_records(
     text: str,
     key: str,
     t: float | None,
-    meta: dict[str, Any],
-    position: str | None,
+    meta: Meta,
+    position: Position | None,
     partial: bool,
     source: str,
     max_line: int,
@@ -44,7 +44,7 @@ def line_records(
     for i, piece in enumerate(pieces):
         if len(piece) > max_line:
             piece = truncate(piece, max_line, source)
-        pos = position if i == 0 or position is None else f"{position}#{i}"
+        pos = position if i == 0 or position is None else position.sub(i)
         if i == last:
             if partial:
                 if not piece:
@@ -52,5 +52,5 @@ def line_records(
                 meta[PARTIAL] = True
             out.append(LogRecord(key, piece, t, meta, pos))
         else:
-            out.append(LogRecord(key, piece, t, dict(meta), pos))
+            out.append(LogRecord(key, piece, t, meta.copy(), pos))
     return out

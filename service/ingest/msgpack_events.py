@@ -7,7 +7,7 @@ record]``; Kafka ``msgpack`` values and some bodies are bare record maps.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgpack
@@ -50,16 +50,15 @@ class BuildCounter:
             )
         return obj
 
-    def hooks(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`new_unpacker`."""
-        return {"object_hook": self.count, "list_hook": self.count}
 
-
-def new_unpacker(max_bytes: int, **hooks: Any) -> msgpack.Unpacker:
+def new_unpacker(max_bytes: int, built: BuildCounter | None = None) -> msgpack.Unpacker:
     """Streaming unpacker for untrusted input: bounded buffer and container sizes, str kept
-    lossless (undecodable bytes as surrogates), EventTime decoded to epoch floats."""
+    lossless (undecodable bytes as surrogates), EventTime decoded to epoch floats; ``built``
+    (if given) counts the maps and arrays it builds."""
+    count = None if built is None else built.count
     return msgpack.Unpacker(
-        **hooks,
+        object_hook=count,
+        list_hook=count,
         raw=False,
         unicode_errors="surrogateescape",
         strict_map_key=False,
@@ -75,7 +74,7 @@ def unpack_all(data: bytes | bytearray) -> Iterator[Any]:
     (``ValueError`` for a truncated tail), :class:`TooComplex` past :data:`MAX_CONTAINERS`
     maps and arrays or :data:`MAX_CONTAINER_ENTRIES` entries in them, counted as each is built."""
     built = BuildCounter()
-    unpacker = new_unpacker(max(len(data), 1), **built.hooks())
+    unpacker = new_unpacker(max(len(data), 1), built)
     unpacker.feed(data)
     end = 0
     for obj in unpacker:
@@ -85,7 +84,7 @@ def unpack_all(data: bytes | bytearray) -> Iterator[Any]:
         raise ValueError(f"truncated msgpack: {len(data) - end} bytes left")
 
 
-def split_event(obj: Any) -> tuple[Any, dict[str, Any]] | None:
+def split_event(obj: Any) -> tuple[Any, Mapping[str, Any]] | None:
     """``(time, record)`` of ``[time, record]``, ``[[time, meta], record]`` or a bare record
     (time ``None``); ``None`` for any other shape."""
     if type(obj) is dict:

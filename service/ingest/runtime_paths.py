@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import cast
+
+from service.records import Meta
 
 _CONTAINERS = re.compile(
     r"(?:^|[/.])containers[/.]"
@@ -38,10 +41,10 @@ def _meta(name: str) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in m.groupdict().items() if v) if m else ()
 
 
-def path_meta(name: str | None) -> dict[str, str]:
+def path_meta(name: str | None) -> Meta:
     """``namespace``/``pod``/``container`` (+ ``container_id`` or ``pod_id``), or just
     ``container_id`` for Docker's own files, encoded in a log path or a tail tag derived from
     one; ``{}`` when the name follows none of the conventions."""
     if not name or ("containers" not in name and "pods" not in name):
         return {}
-    return dict(_meta(name))
+    return cast(Meta, dict(_meta(name)))

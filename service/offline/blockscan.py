@@ -189,7 +189,7 @@ def classify_file(
     like the per-line path, so a JSON line later in a text file is still a JSON record);
     ``year`` completes the times lines print without one (default: this year)."""
     meta = path_meta(path)
-    key = stream_key(dict(meta), path) if meta else path
+    key = stream_key(meta, path) if meta else path
     seen: dict[str, Incident] = {}
     scanner = BlockScanner(clf)
     _collect(seen, clf.open_stream(key, meta)[1])

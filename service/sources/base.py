@@ -15,20 +15,21 @@ The sink's contract, which each source's delivery guarantee rests on:
   batch: the source does not acknowledge, and the client sends it again.
 * ``process(records, source)`` (from a source's own thread: Kafka) returns once the batch
   is stored; when it raises, the source commits nothing and reads the batch again.
-* ``on_partitions_revoked`` / ``on_partitions_assigned`` (Kafka rebalances): another
-  instance owns those partitions now, or this one does from their last commit.
 
-Every source has a name (``source``: the label of its records, rejects and metrics) and
-reports its :meth:`Source.health`. Where it runs differs, and with it how it starts and
-stops: the Forward server listens on the service's event loop (``await start()`` /
-``await stop()``), the Kafka consumer runs on its own thread (``start()`` / ``stop()``), and
-the HTTP sources answer the API's requests (their unfinished lines are flushed when the API
-stops).
+A sink that keeps state per source partition also takes that source's rebalance hooks
+(Kafka: :class:`~service.sources.kafka.rebalance.RebalanceSink`).
+
+Every source offers the same lifecycle (:class:`Source`): it is built from its settings,
+whose problems it reports as a :class:`SourceSettingsError`, and not started; ``await
+start(sink)`` starts handing records to ``sink``; ``await stop()`` finishes (what it holds
+unfinished is handed over first); ``health()`` says whether it runs and what it holds. Where
+it runs differs behind that: the Forward server listens on the service's event loop, the
+Kafka consumer runs on its own thread, the HTTP sources answer the API's requests.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -43,10 +44,6 @@ class Sink(Protocol):
     ) -> bool: ...
 
     def process(self, records: list[LogRecord], source: str) -> None: ...
-
-    def on_partitions_revoked(self, partitions: Iterable[Any]) -> None: ...
-
-    def on_partitions_assigned(self, partitions: Iterable[Any]) -> None: ...
 
 
 class SourceSettingsError(ValueError):
@@ -69,8 +66,12 @@ class SourceHealth:
 
 
 class Source(Protocol):
-    """What every source offers, whatever its transport."""
+    """What every source offers, whatever its transport (see the module docstring)."""
 
     source: str
+
+    async def start(self, sink: Sink) -> None: ...
+
+    async def stop(self) -> None: ...
 
     def health(self) -> SourceHealth: ...

@@ -21,14 +21,14 @@ import io
 import sys
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, TypedDict, Unpack
 
 from service import metrics, ratelog
 from service.ingest.documents import read_document
 from service.ingest.envelope import MAX_LINE, Format, decode_line
 from service.ingest.joiner import Joiner
 from service.ingest.runtime_paths import path_meta
-from service.records import LogRecord
+from service.records import LogRecord, Position
 
 _BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -36,25 +36,25 @@ _CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13, 27)) + b"\x7f"
 _COUNT_EVERY = 4096
 
 
-def read_files(
-    paths: Iterable[str],
-    *,
-    fmt: Format | str = Format.AUTO,
-    stream: str | None = None,
-    max_line: int = MAX_LINE,
-    join: bool = True,
-    source: str = "file",
-    stdin: BinaryIO | None = None,
-) -> Iterator[LogRecord]:
+class ReadOptions(TypedDict, total=False):
+    """How :func:`read_file` reads (its keyword arguments)."""
+
+    fmt: Format | str
+    stream: str | None
+    max_line: int
+    join: bool
+    source: str
+    stdin: BinaryIO | None
+
+
+def read_files(paths: Iterable[str], **options: Unpack[ReadOptions]) -> Iterator[LogRecord]:
     """Records of every path in turn (``-`` = ``stdin`` or ``sys.stdin.buffer``).
 
     ``stream`` overrides the default stream key; ``join=False`` leaves runtime chunks
     (``meta["partial"]``) unjoined. Unreadable files are counted (``unreadable``) and skipped.
     """
     for path in paths:
-        yield from read_file(
-            path, fmt=fmt, stream=stream, max_line=max_line, join=join, source=source, stdin=stdin
-        )
+        yield from read_file(path, **options)
 
 
 def read_file(
@@ -83,14 +83,13 @@ def read_file(
     default = stream or ("stdin" if path == "-" else path)
     meta = path_meta(path) if path != "-" else {}
     joiner = Joiner(max_line, source=source) if join else None
-    prefix = f"file:{path}:"  # + line number: Position("file", path, lineno) as text
     lines_in = metrics.LINES_IN.labels(source=source)
     count = 0
     lineno = 0
     try:
         # a multi-line JSON document (kubectl get events -o json) is read whole
         document = (
-            read_document(fh, default, meta, f"{prefix}1", source, max_line)
+            read_document(fh, default, meta, Position("file", path, 1), source, max_line)
             if fmt == Format.AUTO
             else None
         )
@@ -114,7 +113,7 @@ def read_file(
                             continue
                 # positional on purpose: keyword passing costs ~20% of this loop
                 decoded += decode_line(
-                    text, default, fmt, f"{prefix}{lineno}", meta, source, max_line
+                    text, default, fmt, Position("file", path, lineno), meta, source, max_line
                 )
             out = joiner.feed(decoded) if joiner is not None else decoded
             if out:

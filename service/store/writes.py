@@ -158,7 +158,7 @@ def _write_workload(
 
 
 def _advance(conn: Connection, to: Position, expected: int | None, now: float) -> None:
-    source, partition, position = to
+    source, partition, position = to.source, to.partition, to.offset
     if expected is None:
         stmt = insert(conn, source_positions).values(
             source=source, partition=partition, position=position, updated_at=now

@@ -5,9 +5,9 @@ Fluentd NDJSON, ``json_stream``, ``text/plain`` lines; ``Content-Encoding: gzip`
 (stream-key fallback and Kubernetes metadata from a kubelet path) comes from the
 ``X-Fluent-Tag`` header (Fluent Bit ``header_tag X-Fluent-Tag``) or ``?tag=``.
 
-HTTP only: the body is decoded, joined and stored by
+HTTP only: the body is decoded, joined and stored by the source's
 :class:`~service.sources.http.endpoint.HttpEndpoint` (decoding:
-:mod:`service.sources.http.body`). The answer is sent only after the batch is stored
+:mod:`service.sources.http.body`; what both ingest routes share: :mod:`service.api.body`). The answer is sent only after the batch is stored
 durably: ``200`` with counts, ``204`` when the body held nothing to store (e.g. only
 event-group markers), ``400`` when nothing in it could be decoded or the tag is longer than
 ``MAX_TAG``, ``413`` over the size limit (as sent, once inflated, or more than
@@ -22,20 +22,18 @@ from __future__ import annotations
 import functools
 from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 
-from service.api.auth import WriteAuth
-from service.api.body import read_body, too_large
-from service.api.deps import PipelineDep
+from service.api.body import RETRY_AFTER, Headers, endpoint_of, ingest_route, receive, too_large
 from service.api.schemas import IngestResult
-from service.sources.base import Sink
+from service.ingest.bounds import MAX_RECORDS
 from service.sources.http.body import TAG_HEADER, BodyRefused, check_media, check_tag, decode_body
-from service.sources.http.endpoint import NotStored, endpoint_of, flush_endpoint
-from service.sources.limits import MAX_RECORDS
+from service.sources.http.endpoint import HttpEndpoint
 
 router = APIRouter(tags=["ingest"])
 SOURCE = "http"
+Endpoint = Annotated[HttpEndpoint, Depends(endpoint_of(SOURCE))]
 
 _OPENAPI_BODY = {
     "requestBody": {
@@ -63,9 +61,9 @@ _OPENAPI_BODY = {
 }
 
 
-@router.post(
+@ingest_route(
+    router,
     "/ingest",
-    dependencies=[WriteAuth],
     openapi_extra=_OPENAPI_BODY,
     response_model=IngestResult,
     responses={
@@ -81,37 +79,28 @@ _OPENAPI_BODY = {
 )
 async def ingest(
     request: Request,
-    pipeline: PipelineDep,
+    endpoint: Endpoint,
+    headers: Headers,
     tag: Annotated[str | None, Query()] = None,
     x_fluent_tag: Annotated[str | None, Header(alias=TAG_HEADER)] = None,
-    content_type: Annotated[str | None, Header()] = None,
-    content_encoding: Annotated[str | None, Header()] = None,
-    idempotency_key: Annotated[str | None, Header()] = None,
 ) -> Response:
-    endpoint = endpoint_of(request.app.state, SOURCE)
     try:
         check_tag(x_fluent_tag, SOURCE)  # refuse what we can before reading the body
         check_tag(tag, SOURCE)
-        check_media(content_type, SOURCE)
-        received = await endpoint.receive(
-            pipeline,
-            functools.partial(read_body, request, endpoint.max_body),
-            functools.partial(
-                decode_body,
-                content_type=content_type,
-                content_encoding=content_encoding,
-                tag=x_fluent_tag or tag,
-                max_records=MAX_RECORDS,
-                source=SOURCE,
-            ),
-            idempotency_key,
-        )
+        check_media(headers.content_type, SOURCE)
     except BodyRefused as exc:
         raise _refused(exc, endpoint.max_decompressed) from None
-    except NotStored as exc:
-        raise HTTPException(
-            status_code=503, detail=str(exc), headers={"Retry-After": "5"}
-        ) from None
+    decode = functools.partial(
+        decode_body,
+        content_type=headers.content_type,
+        content_encoding=headers.content_encoding,
+        tag=x_fluent_tag or tag,
+        max_records=MAX_RECORDS,
+        source=SOURCE,
+    )
+    received = await receive(request, endpoint, decode, headers)
+    if isinstance(received, BodyRefused):
+        raise _refused(received, endpoint.max_decompressed)
     if not received.accepted:
         if received.rejected:
             raise HTTPException(
@@ -129,17 +118,12 @@ async def ingest(
 
 def _refused(exc: BodyRefused, max_decompressed: int) -> HTTPException:
     """The HTTP answer to a body refused as a whole (already counted and logged)."""
-    if exc.status == 400 and exc.reason == "bad_gzip":
+    if exc.reason == "bad_gzip":
         return HTTPException(
             status_code=400, detail={"message": exc.message, "accepted": 0, "rejected": 1}
         )
-    if exc.status == 413 and exc.reason == "decompressed_too_large":
+    if exc.reason == "decompressed_too_large":
         return too_large(max_decompressed)
     if exc.status == 503:
-        return HTTPException(status_code=503, detail=exc.message, headers={"Retry-After": "5"})
+        return HTTPException(status_code=503, detail=exc.message, headers=RETRY_AFTER)
     return HTTPException(status_code=exc.status, detail=exc.message)
-
-
-async def flush_joiner(app: FastAPI, sink: Sink | None) -> None:
-    """Store the lines still held unfinished (at shutdown)."""
-    await flush_endpoint(app.state, SOURCE, sink)

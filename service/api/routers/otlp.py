@@ -5,7 +5,8 @@ The same door as ``POST /ingest`` (:class:`~service.sources.http.endpoint.HttpEn
 bearer token (``api.token``), body size limits (32 MiB as sent, 64 MiB once inflated, the
 parsed message charged as well, 100k log records), the process-wide decompression budget,
 the CRI chunk joiner and the sink (the answer is sent once the batch is stored). Decoding:
-:mod:`service.sources.http.otlp` (stream identity from the resource attributes).
+:mod:`service.ingest.otlp` (stream identity from the resource attributes); what both ingest
+routes share: :mod:`service.api.body`.
 
 Answers follow the OTLP/HTTP specification, in the request's encoding: ``200`` with an
 ``ExportLogsServiceResponse`` (``partial_success.rejected_log_records`` for records without
@@ -20,20 +21,18 @@ import functools
 import json
 from typing import Annotated
 
-from fastapi import APIRouter, FastAPI, Header, HTTPException, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 
-from service.api.auth import WriteAuth
-from service.api.body import read_body
-from service.api.deps import PipelineDep
-from service.sources.base import Sink
-from service.sources.http.body import BodyRefused
-from service.sources.http.endpoint import NotStored, endpoint_of, flush_endpoint
-from service.sources.http.otlp import SOURCE, decode_export, media, refuse
+from service.api.body import RETRY_AFTER, Headers, endpoint_of, ingest_route, receive
+from service.sources.http.decoding import BodyRefused, refuse_body
+from service.sources.http.endpoint import HttpEndpoint
+from service.sources.http.otlp import SOURCE, decode_export, media
 
 router = APIRouter(tags=["ingest"])
 PROTOBUF = "application/x-protobuf"
 # google.rpc.Code
 INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE = 3, 8, 14
+Endpoint = Annotated[HttpEndpoint, Depends(endpoint_of(SOURCE))]
 
 _OPENAPI_BODY = {
     "requestBody": {
@@ -127,14 +126,14 @@ def _answer(
 
 def _refused(kind: str | None, exc: BodyRefused) -> Response:
     if exc.status == 503:
-        return _answer(kind, 503, exc.message, UNAVAILABLE, headers={"Retry-After": "5"})
+        return _answer(kind, 503, exc.message, UNAVAILABLE, headers=RETRY_AFTER)
     code = RESOURCE_EXHAUSTED if exc.status == 413 else INVALID_ARGUMENT
     return _answer(kind, exc.status, exc.message, code)
 
 
-@router.post(
+@ingest_route(
+    router,
     "/v1/logs",
-    dependencies=[WriteAuth],
     openapi_extra=_OPENAPI_BODY,
     response_class=Response,
     responses={
@@ -146,47 +145,25 @@ def _refused(kind: str | None, exc: BodyRefused) -> Response:
     },
     summary="OpenTelemetry logs (OTLP/HTTP, protobuf or JSON, gzip)",
 )
-async def export_logs(
-    request: Request,
-    pipeline: PipelineDep,
-    content_type: Annotated[str | None, Header()] = None,
-    content_encoding: Annotated[str | None, Header()] = None,
-    idempotency_key: Annotated[str | None, Header()] = None,
-) -> Response:
-    kind = media(content_type)
+async def export_logs(request: Request, endpoint: Endpoint, headers: Headers) -> Response:
+    kind = media(headers.content_type)
     if kind is None:
         return _refused(
             None,
-            refuse(
-                415,
+            refuse_body(
+                SOURCE,
                 "unsupported_media_type",
                 "send application/x-protobuf or application/json",
-                f"Content-Type {content_type}",
+                f"Content-Type {headers.content_type}",
             ),
         )
-    endpoint = endpoint_of(request.app.state, SOURCE)
-    try:
-        received = await endpoint.receive(
-            pipeline,
-            functools.partial(read_body, request, endpoint.max_body),
-            functools.partial(
-                decode_export, content_type=content_type, content_encoding=content_encoding
-            ),
-            idempotency_key,
-        )
-    except HTTPException as exc:  # from the reader: 413 as sent, or a bad Content-Length
-        status = exc.status_code
-        return _refused(
-            kind, refuse(status, "too_large" if status == 413 else "bad_request", str(exc.detail))
-        )
-    except BodyRefused as exc:
-        return _refused(kind, exc)
-    except NotStored as exc:
-        return _answer(kind, 503, str(exc), UNAVAILABLE, headers={"Retry-After": "5"})
+    decode = functools.partial(
+        decode_export,
+        content_type=headers.content_type,
+        content_encoding=headers.content_encoding,
+    )
+    received = await receive(request, endpoint, decode, headers, count_read_refusals=True)
+    if isinstance(received, BodyRefused):
+        return _refused(kind, received)
     rejected = received.rejected
     return _answer(kind, 200, "log records without a body" if rejected else None, rejected=rejected)
-
-
-async def flush_joiner(app: FastAPI, sink: Sink | None) -> None:
-    """Store the lines still held unfinished (at shutdown)."""
-    await flush_endpoint(app.state, SOURCE, sink)

@@ -125,7 +125,7 @@ class Connection:
         decoder = self.decoder
         peer = writer.get_extra_info("peername")
         built = BuildCounter()  # a message of millions of empty maps is refused as it is built
-        unpacker = new_unpacker(decoder.max_message_bytes, **built.hooks())
+        unpacker = new_unpacker(decoder.max_message_bytes, built)
         frames = Frames(built)
         try:
             if self.settings.shared_key is not None and not await self._handshake(unpacker, frames):

@@ -15,24 +15,25 @@ message carrying a ``chunk`` is its own batch, with the chunk id ``forward:<chun
 ends the batches with ``healthy`` False (the stream cannot be resynchronised), an over-size
 frame or a spent memory budget raises :class:`DropConnection`, a well-formed message of an
 unknown shape is skipped, a message with a tag over
-:data:`~service.sources.limits.MAX_TAG` characters or more than ``max_records`` entries
+:data:`~service.ingest.bounds.MAX_TAG` characters or more than ``max_records`` entries
 is dropped and acked (resending it would not help). Gzip entries are inflated under the
 process-wide budget of :mod:`service.ingest.budget`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import msgpack
 
+from service.ingest.bounds import MAX_RECORDS, MAX_TAG
 from service.ingest.budget import BudgetExhausted, Lease, gunzip_bounded
 from service.ingest.compression import GZIP_MAGIC, DecompressedTooLarge
 from service.ingest.envelope import MAX_LINE, decode_record
 from service.ingest.msgpack_events import BuildCounter, split_event, to_bytes, unpack_all
 from service.ratelog import brief, reject
 from service.records import LogRecord
-from service.sources.limits import MAX_RECORDS, MAX_TAG
 
 
 def chunk_key(chunk: Any) -> str:
@@ -199,7 +200,7 @@ class ForwardDecoder:
         self._entries(tag, entries, out)
         return chunk
 
-    def _packed(self, blob: str | bytes, option: dict[str, Any] | None) -> list[Any]:
+    def _packed(self, blob: str | bytes, option: Mapping[str, Any] | None) -> list[Any]:
         data: bytes | bytearray = to_bytes(blob) or b""
         compressed = type(option) is dict and option.get("compressed") == "gzip"
         with Lease(self.max_decompressed_bytes) as lease:

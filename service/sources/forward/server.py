@@ -39,6 +39,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge
 
 from service import metrics
+from service.ingest.bounds import MAX_RECORDS
 from service.ingest.envelope import MAX_LINE
 from service.netguard import InsecureConfigError, is_loopback
 from service.ratelog import RateLimitedLog, reject
@@ -51,8 +52,8 @@ from service.sources.forward.connection import (
     FrameBudget,
 )
 from service.sources.forward.delivery import Delivery, Handler
+from service.sources.forward.descriptors import fd_soft_limit, open_spare
 from service.sources.forward.messages import ForwardDecoder
-from service.sources.limits import MAX_RECORDS
 
 DEFAULT_PORT = 24224
 MAX_CONNECTIONS = 512
@@ -98,23 +99,6 @@ class _Accepted:
         self.conn = conn
         self.peer = peer
         self.started = False
-
-
-def _open_spare() -> int | None:
-    try:
-        return os.open(os.devnull, os.O_RDONLY)
-    except OSError:
-        return None
-
-
-def _fd_soft_limit() -> int | None:
-    try:
-        import resource
-
-        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    except (ImportError, OSError, ValueError):
-        return None
-    return None if soft == resource.RLIM_INFINITY else soft
 
 
 class ForwardServer:
@@ -229,7 +213,7 @@ class ForwardServer:
     async def start(self) -> None:
         """Bind and start accepting connections."""
         self.check_exposure()
-        soft = _fd_soft_limit()
+        soft = fd_soft_limit()
         if soft is not None and self.max_connections > soft - FD_RESERVE:
             cap = max(1, soft - FD_RESERVE)
             log.warning(
@@ -242,7 +226,7 @@ class ForwardServer:
             )
             self.max_connections = cap
         self._listeners = await self._bind()
-        self._spare_fd = _open_spare()
+        self._spare_fd = open_spare()
         self._acceptors = [asyncio.create_task(self._accept_loop(sock)) for sock in self._listeners]
         if self.delivery.joiner is not None:
             self._flusher = asyncio.create_task(self.delivery.flush_idle_lines())
@@ -361,7 +345,7 @@ class ForwardServer:
         """Out of descriptors: free the spare one and use it to accept and close the
         connections waiting in the backlog (they get a clean close, not a hang)."""
         if self._spare_fd is None:
-            self._spare_fd = _open_spare()
+            self._spare_fd = open_spare()
             return 0
         os.close(self._spare_fd)
         self._spare_fd = None
@@ -375,7 +359,7 @@ class ForwardServer:
                 conn.close()
                 shed += 1
         finally:
-            self._spare_fd = _open_spare()
+            self._spare_fd = open_spare()
         if shed:
             CLOSED.labels(reason="fd_exhausted").inc(shed)
             metrics.REJECTS.labels(source=self.source, reason="fd_exhausted").inc(shed)

@@ -1,5 +1,7 @@
-"""What ``POST /ingest`` and ``POST /v1/logs`` share, free of the web framework: the route
-turns HTTP into a call of :meth:`HttpEndpoint.receive` and its outcome back into HTTP.
+"""What ``POST /ingest`` and ``POST /v1/logs`` share, free of the web framework: one
+:class:`HttpEndpoint` per HTTP source, a :class:`~service.sources.base.Source` like the
+others (``await start(sink)``, ``await stop()``, ``health()``) whose requests the API's
+routes hand to :meth:`HttpEndpoint.receive` and whose outcome they turn back into HTTP.
 
 For one request the endpoint reads the body (with the route's reader, which refuses one over
 ``max_body`` bytes as sent, :data:`MAX_BODY`), charges it to a
@@ -10,20 +12,17 @@ budget, and decodes it off the event loop with the route's decoder
 to the same lease; the lease goes back when decoding ends. The records then pass the
 endpoint's joiner, which holds the runtime chunks of an unfinished line (CRI ``P``) across
 requests, as the Forward server does: a line comes out when its closing chunk arrives,
-after :data:`IDLE_FLUSH_S` (with the next request), or at shutdown
-(:meth:`HttpEndpoint.flush`).
+after :data:`IDLE_FLUSH_S` (with the next request), or when the endpoint stops.
 Collectors with ``multiline.parser docker, cri`` already send whole lines. What comes out is
 submitted to the sink, which returns once it is stored; when it fails, the joiner is put
 back as it was before the request, since the collector sends the whole body again.
 
 Outcomes: :class:`Received` (``accepted`` lines stored, 0 when there was nothing to store;
-``rejected`` units the decoder dropped); :class:`~service.sources.http.body.BodyRefused` for
-a body refused whole (already counted: 400, 413, 415, or 503 when the memory budget is in
-use); :class:`NotStored` when the sink failed (logged at a bounded rate): the collector
-retries. A client's ``Idempotency-Key`` becomes the batch's chunk id (namespaced by source),
-so a retried request is not applied twice.
-
-One endpoint per source and app (:func:`endpoint_of`), the one owner of that source's joiner.
+``rejected`` units the decoder dropped); :class:`~service.sources.http.decoding.BodyRefused`
+for a body refused whole (already counted: 400, 413, 415, or 503 when the memory budget is
+in use); :class:`NotStored` when the sink failed (logged at a bounded rate) or the endpoint
+is not started: the collector retries. A client's ``Idempotency-Key`` becomes the batch's
+chunk id (namespaced by source), so a retried request is not applied twice.
 """
 
 from __future__ import annotations
@@ -33,16 +32,15 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 import anyio
 
 from service.ingest.budget import BudgetExhausted, Lease, MiB
 from service.ingest.joiner import Joiner
-from service.ratelog import RateLimitedLog, reject
+from service.ratelog import RateLimitedLog
 from service.records import LogRecord
 from service.sources.base import Sink, SourceHealth
-from service.sources.http.body import MAX_DECOMPRESSED_BYTES, BodyRefused
+from service.sources.http.decoding import MAX_DECOMPRESSED_BYTES, Decoded, refuse_body
 
 MAX_BODY = 32 * MiB  # as sent (compressed); Fluent Bit chunks are a few MiB at most
 IDLE_FLUSH_S = 30.0
@@ -51,7 +49,7 @@ _store_log = RateLimitedLog(log)
 
 Reader = Callable[[], Awaitable[bytes]]
 # decoder(body, lease=lease) -> (records, rejected); raises BodyRefused
-Decoder = Callable[..., tuple[list[LogRecord], int]]
+Decoder = Callable[..., Decoded]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +65,7 @@ class NotStored(Exception):
 
 
 class HttpEndpoint:
-    """One HTTP source of one app: its joiner, its limits, its calls to the sink."""
+    """One HTTP source: its joiner, its limits, its calls to the sink."""
 
     def __init__(
         self,
@@ -82,12 +80,34 @@ class HttpEndpoint:
         self.max_decompressed = max_decompressed
         self.idle_flush_s = idle_flush_s
         self.joiner = Joiner(source=source)
+        self.sink: Sink | None = None  # set by start()
+
+    async def start(self, sink: Sink) -> None:
+        """Take requests, handing their records to ``sink``."""
+        self.sink = sink
+
+    async def stop(self) -> None:
+        """Take no more requests; store the lines still held unfinished (logged when the
+        sink fails)."""
+        sink, self.sink = self.sink, None
+        rest = self.joiner.flush()
+        if rest and sink is not None:
+            try:
+                await sink.submit(rest, source=self.source)
+            except Exception:
+                log.exception("api: could not store the unfinished lines held at shutdown")
+
+    def health(self) -> SourceHealth:
+        return SourceHealth(self.source, self.sink is not None, {"held_lines": len(self.joiner)})
 
     async def receive(
-        self, sink: Sink, read: Reader, decode: Decoder, idempotency_key: str | None = None
+        self, read: Reader, decode: Decoder, idempotency_key: str | None = None
     ) -> Received:
         """Read, decode, join and store one request's body (see the module docstring).
         What ``read`` raises (the route's own refusals) passes through unchanged."""
+        sink = self.sink
+        if sink is None:
+            raise NotStored("pipeline not available")
         body = await read()
         lease = Lease(self.max_decompressed)
         try:
@@ -97,8 +117,7 @@ class HttpEndpoint:
             records, rejected = await anyio.to_thread.run_sync(work)
             del work
         except BudgetExhausted as exc:
-            reject(self.source, "memory_budget", str(exc))
-            raise BodyRefused(503, "memory_budget", str(exc)) from None
+            raise refuse_body(self.source, "memory_budget", str(exc)) from None
         finally:
             lease.release()
         joiner = self.joiner
@@ -118,15 +137,6 @@ class HttpEndpoint:
             return None
         return f"{self.source}:" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]
 
-    async def flush(self, sink: Sink) -> None:
-        """Store the lines still held unfinished (at shutdown)."""
-        rest = self.joiner.flush()
-        if rest:
-            await sink.submit(rest, source=self.source)
-
-    def health(self) -> SourceHealth:
-        return SourceHealth(self.source, True, {"held_lines": len(self.joiner)})
-
     async def _submit(self, sink: Sink, records: list[LogRecord], chunk_id: str | None) -> None:
         try:
             await sink.submit(records, source=self.source, chunk_id=chunk_id)
@@ -141,21 +151,7 @@ class HttpEndpoint:
             raise NotStored(f"not stored, retry: {type(exc).__name__}") from None
 
 
-def endpoint_of(state: Any, source: str) -> HttpEndpoint:
-    """The endpoint of ``source`` kept in an app's ``state`` (made at its first request, so
-    it lives as long as the app)."""
-    endpoints: dict[str, HttpEndpoint] | None = getattr(state, "http_endpoints", None)
-    if endpoints is None:
-        endpoints = state.http_endpoints = {}
-    endpoint = endpoints.get(source)
-    if endpoint is None:
-        endpoint = endpoints[source] = HttpEndpoint(source)
-    return endpoint
-
-
-async def flush_endpoint(state: Any, source: str, sink: Sink | None) -> None:
-    """Store what the app's endpoint of ``source`` still holds (at shutdown)."""
-    endpoints: dict[str, HttpEndpoint] = getattr(state, "http_endpoints", None) or {}
-    endpoint = endpoints.get(source)
-    if endpoint is not None and sink is not None:
-        await endpoint.flush(sink)
+def http_sources(enabled: bool) -> tuple[HttpEndpoint, ...]:
+    """The endpoints of ``POST /ingest`` (``http``) and ``POST /v1/logs`` (``otlp``); none
+    when ``sources.http`` is off."""
+    return (HttpEndpoint("http"), HttpEndpoint("otlp")) if enabled else ()

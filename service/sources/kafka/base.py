@@ -241,7 +241,7 @@ class KafkaSourceBase(ABC):
                 continue
             if ps.held:
                 at = Position("kafka", f"{topic}:{partition}", offset)
-                ps.release_idle(self.join_idle_s, str(at), out)
+                ps.release_idle(self.join_idle_s, at, out)
             for rec in records:
                 if ps.held or rec.meta.get(PARTIAL):
                     ps.push(rec, offset, out)

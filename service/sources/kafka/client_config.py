@@ -30,9 +30,12 @@ from a SIGKILLed member in ~2-3 s. Apache Kafka refuses session timeouts below
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 from service.config import KafkaSettings
+
+# one client setting: a name, a number, a switch or a list of addresses
+Setting = str | int | float | bool | list[str]
+ClientConfig = dict[str, Setting]
 
 
 def default_client_id() -> str:
@@ -55,9 +58,9 @@ SECURITY_OPTIONS = (
 )
 
 
-def security_options(settings: KafkaSettings, librdkafka: bool) -> dict[str, Any]:
+def security_options(settings: KafkaSettings, librdkafka: bool) -> dict[str, str]:
     """The TLS/SASL settings that are set, under the chosen client's key names."""
-    out: dict[str, Any] = {}
+    out: dict[str, str] = {}
     for attr, kp_key, rd_key, keep_empty in SECURITY_OPTIONS:
         value = getattr(settings, attr)
         if value is not None and (keep_empty or value):
@@ -65,9 +68,9 @@ def security_options(settings: KafkaSettings, librdkafka: bool) -> dict[str, Any
     return out
 
 
-def kafka_python_config(settings: KafkaSettings) -> dict[str, Any]:
+def kafka_python_config(settings: KafkaSettings) -> ClientConfig:
     """``KafkaConsumer`` keyword arguments for ``settings`` (``extra`` wins)."""
-    cfg: dict[str, Any] = {
+    cfg: ClientConfig = {
         "bootstrap_servers": [b.strip() for b in settings.bootstrap.split(",") if b.strip()],
         "group_id": settings.group,
         "client_id": default_client_id(),
@@ -84,9 +87,9 @@ def kafka_python_config(settings: KafkaSettings) -> dict[str, Any]:
     return cfg
 
 
-def confluent_config(settings: KafkaSettings) -> dict[str, Any]:
+def confluent_config(settings: KafkaSettings) -> ClientConfig:
     """librdkafka consumer properties for ``settings`` (``extra`` wins)."""
-    cfg: dict[str, Any] = {
+    cfg: ClientConfig = {
         "bootstrap.servers": settings.bootstrap,
         "group.id": settings.group,
         "client.id": default_client_id(),

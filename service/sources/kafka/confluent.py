@@ -15,8 +15,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from service.config import KafkaSettings
-from service.sources.kafka.base import Handler, KafkaSourceBase, Message, PartitionCallback
+from service.sources.kafka.base import KafkaSourceBase, Message
 from service.sources.kafka.client_config import confluent_config
 from service.sources.kafka.partition import Partition, describe
 
@@ -28,17 +27,7 @@ class ConfluentKafkaSource(KafkaSourceBase):
     :class:`~service.sources.kafka.kafka_python.KafkaSource`."""
 
     client_name = "confluent-kafka"
-
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        handler: Handler,
-        on_revoked: PartitionCallback | None = None,
-        on_assigned: PartitionCallback | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(settings, handler, on_revoked, on_assigned, **kwargs)
-        self._consumer: Any = None
+    _consumer: Any = None  # the client's consumer, while connected
 
     def _open(self) -> None:
         from confluent_kafka import Consumer

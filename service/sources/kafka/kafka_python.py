@@ -6,8 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from service.config import KafkaSettings
-from service.sources.kafka.base import Handler, KafkaSourceBase, Message, PartitionCallback
+from service.sources.kafka.base import KafkaSourceBase, Message
 from service.sources.kafka.client_config import kafka_python_config
 from service.sources.kafka.partition import Partition, describe
 
@@ -28,17 +27,7 @@ class KafkaSource(KafkaSourceBase):
     """
 
     client_name = "kafka-python"
-
-    def __init__(
-        self,
-        settings: KafkaSettings,
-        handler: Handler,
-        on_revoked: PartitionCallback | None = None,
-        on_assigned: PartitionCallback | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(settings, handler, on_revoked, on_assigned, **kwargs)
-        self._consumer: KafkaConsumer | None = None
+    _consumer: KafkaConsumer | None = None  # while connected
 
     def _open(self) -> None:
         from kafka import KafkaConsumer

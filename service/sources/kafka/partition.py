@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from service.ingest.joiner import Joiner
 from service.ingest.lines import PARTIAL
-from service.records import LogRecord
+from service.records import LogRecord, Position
 
 
 class Partition(NamedTuple):
@@ -64,7 +64,7 @@ class PartitionState:
                 del held[next(iter(held))]
             self.joiner.push(rec, out)
             for i in range(n, len(out)):  # an evicted, unfinished line
-                out[i].position = f"{rec.position}#evicted"
+                out[i].position = None if rec.position is None else rec.position.sub("evicted")
             if new:
                 held[key] = (offset, time.monotonic())
             return
@@ -74,7 +74,7 @@ class PartitionState:
             for i in range(n, len(out)):  # the joined line: complete at its closing chunk
                 out[i].position = rec.position
 
-    def release_idle(self, idle_s: float, position: str, out: list[LogRecord]) -> None:
+    def release_idle(self, idle_s: float, position: Position, out: list[LogRecord]) -> None:
         """Emit (unfinished) the lines held longer than ``idle_s``, positioned at the message
         being decoded so that positions never go backwards."""
         now = time.monotonic()
@@ -82,7 +82,7 @@ class PartitionState:
             return
         for i, rec in enumerate(self.joiner.flush_idle(idle_s, now)):
             self.held.pop((rec.stream, rec.meta.get("fd")), None)
-            rec.position = f"{position}#idle{i}"
+            rec.position = position.sub(f"idle{i}")
             out.append(rec)
 
     def rewind(self, offset: int, joiner: Joiner) -> None:

@@ -42,9 +42,9 @@ def decode_kafka_value(
     source: str = "kafka",
 ) -> list[LogRecord]:
     """Records of one message; ``[]`` (counted) for tombstones and undecodable values."""
-    position = str(Position("kafka", f"{topic}:{partition}", offset))
+    position = Position("kafka", f"{topic}:{partition}", offset)
     if not value:
-        ratelog.reject(source, "empty", position)
+        ratelog.reject(source, "empty", str(position))
         return []
     stream = _key_text(key) or f"kafka:{topic}:{partition}"
     first = value[0]
@@ -86,7 +86,7 @@ def _key_text(key: bytes | None) -> str | None:
 
 
 def _json(
-    text: str, stream: str, position: str, source: str, max_line: int
+    text: str, stream: str, position: Position, source: str, max_line: int
 ) -> list[LogRecord] | None:
     """Records of a JSON record (or array of records); ``None`` if it is not one."""
     try:
@@ -98,7 +98,7 @@ def _json(
 
 
 def _msgpack(
-    value: bytes, stream: str, position: str, source: str, max_line: int
+    value: bytes, stream: str, position: Position, source: str, max_line: int
 ) -> list[LogRecord] | None:
     try:
         items = list(unpack_all(value))
@@ -108,7 +108,7 @@ def _msgpack(
 
 
 def _records(
-    items: list[Any], stream: str, position: str, source: str, max_line: int
+    items: list[Any], stream: str, position: Position, source: str, max_line: int
 ) -> list[LogRecord] | None:
     out: list[LogRecord] = []
     for item in items:
@@ -118,7 +118,7 @@ def _records(
                 return None  # a lone non-record value is taken as text
             ratelog.reject(source, "bad_record", repr(item)[:200])
             continue
-        pos = position if not out else f"{position}#{len(out)}"
+        pos = position if not out else position.sub(len(out))
         out.extend(
             decode_record(
                 event[1],
