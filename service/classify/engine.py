@@ -136,11 +136,11 @@ class Classifier:
     def _feed_text(self, st: StreamState, text: str, time: float | None) -> list[Change]:
         self._prev_time = st.last_time
         changes = self._feed_line(st, text, time)
-        if st.extra.get("pending"):
+        if st.pending is not None:
             self._settle(st, changes, final=False)
-        if any("pending_restart_of" in c.incident.extra for c in changes):
+        if any(c.incident.pending_restart is not None for c in changes):
             # a restart's incident not judged yet (same failure again or a new one): silent
-            changes = [c for c in changes if "pending_restart_of" not in c.incident.extra]
+            changes = [c for c in changes if c.incident.pending_restart is None]
         return changes
 
     def _count(self, st: StreamState, time: float | None) -> None:
@@ -197,8 +197,13 @@ class Classifier:
             )
         ) and runs.is_new_run(st):
             self._new_run(st, changes, time)
-        if looked_at and line.process == "APIServer" and line.pid is not None:
-            st.extra.setdefault("api_pid", line.pid)
+        if (
+            looked_at
+            and line.process == "APIServer"
+            and line.pid is not None
+            and st.checks.api_pid is None
+        ):
+            st.checks.api_pid = line.pid
         for stage in hits.stages:
             self._advance(st, stage, time, changes)
         if hits.ready and st.status in (STARTING, FAILED) and not st.shutting_down:
@@ -308,7 +313,7 @@ class Classifier:
 
     # ---- runs, stages, restarts ------------------------------------------------------
     def _new_run(self, st: StreamState, changes: list[Change], time: float | None = None) -> None:
-        if st.extra.get("pending"):  # the previous attempt ended without its root cause
+        if st.pending is not None:  # the previous attempt ended without its root cause
             self._settle(st, changes, final=True)
         runs.new_run(st, time)
         merge_meta(st, st.meta, self.rules.cuda)
@@ -350,9 +355,10 @@ class Classifier:
         """Timer check: open a stall incident for every startup stuck past its deadline."""
         changes: list[Change] = []
         for st in list(self.tracker.streams.values()):
-            pend = st.extra.get("pending")
-            since = pend.get("since") if pend else None
-            if pend and (since is None or now - since >= self.judgements.restarts.pending_wait_s):
+            pend = st.pending
+            if pend and (
+                pend.since is None or now - pend.since >= self.judgements.restarts.pending_wait_s
+            ):
                 self._settle(st, changes, final=True)
             self.check_stall(st, now, changes)
         return changes
@@ -370,5 +376,5 @@ class Classifier:
         for proc, tb in self.tracker.tracks.take_open(st.key):
             if st.current() is None and not st.shutting_down:
                 self.incidents.attach(st, self.findings.truncated(st, proc, tb), changes)
-        if st.extra.get("pending"):
+        if st.pending is not None:
             self._settle(st, changes, final=True)

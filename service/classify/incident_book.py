@@ -20,9 +20,10 @@ from service.classify.judgements.playbook import (
 from service.classify.restarts import Restarts, link, link_of
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules
+from service.classify.run_state import Pending
 from service.classify.stream_state import FAILED, StreamState
 from service.incidents.finding import Finding
-from service.incidents.incident import Change, Incident
+from service.incidents.incident import Change, Incident, PendingRestart
 from service.incidents.workload import diff_facts
 from service.parse import line as L
 from service.taxonomy import tier_of
@@ -119,17 +120,14 @@ class IncidentBook:
             return inc
         st.status = FAILED
         st.runs_failed += 1
-        last = st.extra.get("last_failure")
+        last = st.last_failure
         if previous is not None:
             inc.extra["after_restart_of"] = link(previous)
         elif last and last.get("run", st.run) < st.run:
             inc.extra["after_restart_of"] = link_of(last)
         if pending:
-            inc.extra["pending_restart_of"] = previous.id if previous else None
-            st.extra["pending"] = {
-                "incident": inc.id,
-                "since": f.time if f.time is not None else st.last_time,
-            }
+            inc.pending_restart = PendingRestart(previous.id if previous else None)
+            st.pending = Pending(inc.id, f.time if f.time is not None else st.last_time)
             return inc
         self.restarts.announce(st, inc, changes)
         return inc

@@ -25,11 +25,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.classify import restarts
 from service.classify.judgements.playbook import restart_advice
 from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import StreamState
-from service.incidents.incident import Change, Incident
+from service.incidents.incident import Change, CrashLoop, Incident
 from service.parse import line as L
 from service.records import LogRecord
 
@@ -70,7 +69,7 @@ def read(st: StreamState, kube: dict[str, Any], text: str, time: float | None) -
     """The evidence line of one record for stream ``st`` (counted on it), or None: seen
     before, or a lifecycle record (its pod ended or was created: noted for
     :mod:`service.classify.restarts`) with nothing to read."""
-    seen: list[str] = st.extra.setdefault("kube_seen", [])
+    seen = st.kube_seen
     evidence_id = kube.get("id")
     if evidence_id:
         if evidence_id in seen:
@@ -78,7 +77,7 @@ def read(st: StreamState, kube: dict[str, Any], text: str, time: float | None) -
         seen.append(evidence_id)
         del seen[:-MAX_SEEN]
     if kube.get("life"):
-        restarts.note_life(st, kube["life"], time)
+        st.pod_life.note(kube["life"], time)
         if kube.get("life_only"):  # a controller's or the pod's lifecycle: nothing to read
             return None
     st.seq += 1
@@ -100,17 +99,15 @@ def crash_loop_backoff(
     if inc is None or len(sigs) != 1 or sigs[0][0].id != CRASH_LOOP_RULE:
         return None
     inc.note(line.text)
-    if inc.extra.get("crash_loop"):  # (one the engine saw itself is left as it is)
+    if inc.crash_loop is not None:  # (one the engine saw itself is left as it is)
         return [Change("evidence", inc)]
     helps, why = restart_advice(inc.category, playbook)
-    inc.extra["crash_loop"] = True
-    inc.extra["crash_loop_source"] = "kubernetes"
-    inc.extra["restart_helps"] = helps
-    inc.extra["note"] = (
+    note = (
         "crash loop: Kubernetes backs off restarting the container; "
         + ("restarting will not help: " if not helps else "restarting has not helped: ")
         + why
     )
+    inc.mark_crash_loop(CrashLoop(helps, note, source="kubernetes"))
     inc.updated_at = time
     return [Change("updated", inc)]
 
@@ -124,7 +121,7 @@ def pod_started(
     placeholder = streams.get(f"{ns}/{pod}") if ns and pod else None
     if placeholder is None or placeholder is st:
         return []
-    restarts.inherit_life(st, placeholder)
+    st.pod_life.inherit(placeholder.pod_life)
     changes: list[Change] = []
     for inc in list(placeholder.incidents):
         if inc.status == "open" and inc.primary.rule in SCHEDULING_RULES:

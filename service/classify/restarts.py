@@ -34,30 +34,13 @@ from service.classify.judgements.playbook import restart_advice
 from service.classify.rules import PlaybookRules
 from service.classify.stream_state import FAILED, STOPPED, StreamState
 from service.incidents.finding import Finding
-from service.incidents.incident import Change, ChangeKind, Incident
+from service.incidents.incident import Change, ChangeKind, CrashLoop, Incident
 from service.incidents.incident_json import Attempt, LastFailure, Link
 from service.incidents.workload import WorkloadState, restart_unit
 
-ENDED, CREATED = "ended", "created"
 # clock skew allowed between the API server's event times and the node's log times
 SKEW_S = 2.0
 MAX_ATTEMPTS_KEPT = 20  # attempts listed in an incident's timeline (the count goes on)
-
-
-def note_life(st: StreamState, life: str, time: float | None) -> None:
-    """Record that the pod of ``st`` ended or was created (at ``time`` when known; the
-    earliest time seen is kept)."""
-    book = st.extra.setdefault("pod_life", {})
-    seen = book.get(life)
-    if life not in book or (time is not None and (seen is None or time < seen)):
-        book[life] = time
-
-
-def inherit_life(st: StreamState, placeholder: StreamState) -> None:
-    """A container stream of a pod appeared: the evidence its pod's placeholder stream
-    (``namespace/pod``) collected before (e.g. its controller created it) is its own."""
-    for life, time in (placeholder.extra.get("pod_life") or {}).items():
-        note_life(st, life, time)
 
 
 def evidence(old: StreamState, new: StreamState, failure: Incident) -> int:
@@ -66,13 +49,13 @@ def evidence(old: StreamState, new: StreamState, failure: Incident) -> int:
     created after the failure (its controller replaced *some* pod), 0 no word of it."""
     if old.status not in (FAILED, STOPPED):
         return 0
-    ended = old.extra.get("pod_life") or {}
-    if ENDED in ended:
-        at = ended[ENDED]
+    ended = old.pod_life.ended
+    if ended is not None:
+        at = ended.at
         return 2 if at is None or new.first_time is None or at <= new.first_time + SKEW_S else 0
-    created = new.extra.get("pod_life") or {}
-    if CREATED in created:
-        at, failed = created[CREATED], failure.opened_at
+    created = new.pod_life.created
+    if created is not None:
+        at, failed = created.at, failure.opened_at
         return 1 if at is None or failed is None or at + SKEW_S >= failed else 0
     return 0
 
@@ -105,7 +88,7 @@ class Restarts:
             if i.status == "open"
             and i.severity == "critical"
             and i.run < st.run
-            and "pending_restart_of" not in i.extra
+            and i.pending_restart is None
         ]
         mine.sort(key=lambda i: i.run, reverse=True)
         return mine + self.replaced_priors(st)
@@ -144,7 +127,7 @@ class Restarts:
     def announce(self, st: StreamState, inc: Incident, changes: list[Change]) -> None:
         """``inc`` is opened: remembered as the workload's latest failure, so a restart that
         fails the same way continues it."""
-        st.extra["last_failure"] = last_failure(inc, st)
+        st.last_failure = last_failure(inc, st)
         self._index(st, inc)
         changes.append(Change("opened", inc))
 
@@ -167,19 +150,18 @@ class Restarts:
         failure of the workload → that incident counts one more restart; another category →
         announced as a new incident; still unknown at the end → the same failure again.
         Returns (pending incident, the one it was folded into) when it was folded."""
-        pend = st.extra.get("pending")
-        pending_id = pend.get("incident") if pend else None
+        pending_id = st.pending.incident if st.pending else None
         inc = next((i for i in st.incidents if i.id == pending_id), None)
-        if inc is None or inc.status != "open" or "pending_restart_of" not in inc.extra:
-            st.extra.pop("pending", None)
+        if inc is None or inc.status != "open" or inc.pending_restart is None:
+            st.pending = None
             return None
         priors = [p for p in self.priors(st) if p is not inc]
         same = next((p for p in priors if p.category == inc.category), None)
         decisive = inc.primary.role == "cause" and inc.category != "unknown"
         if same is None and not decisive and not final:
             return None
-        st.extra.pop("pending", None)
-        del inc.extra["pending_restart_of"]
+        st.pending = None
+        inc.pending_restart = None
         changes[:] = [c for c in changes if c.incident is not inc]  # said nothing yet
         if same is None and inc.category == "unknown" and priors:
             same = priors[0]
@@ -204,10 +186,11 @@ class Restarts:
         this stream when a replacement pod failed), a crash loop at the configured count.
         Only the change into a crash loop (or a new root cause) is notified."""
         also: tuple[str, ...] = ()
-        if "attempts" not in prior.extra:  # the first restart: the first attempt too
+        attempts = prior.extra.setdefault("attempts", [])
+        if not attempts:  # the first restart: the first attempt too
             home = st if prior.stream == st.key else self.streams.find(prior.stream)
-            first = home.extra.get("last_failure") if home is not None else None
-            prior.extra["attempts"] = [
+            first = home.last_failure if home is not None else None
+            attempts.append(
                 attempt(
                     1,
                     prior.run,
@@ -217,8 +200,7 @@ class Restarts:
                     prior.opened_at,
                     prior.stage,
                 )
-            ]
-        attempts = prior.extra["attempts"]
+            )
         if prior.stream != st.key:
             also = (prior.stream,)
             old = self.streams.find(prior.stream)
@@ -241,12 +223,12 @@ class Restarts:
             if prior.add(finding):
                 kind = "updated"
         if prior.restarts + 1 >= self.crash_loop_attempts:
-            if not prior.extra.get("crash_loop"):
+            if prior.crash_loop is None:
                 kind = "updated"
             self.crash_loop(prior)
         st.status = FAILED
         st.runs_failed += 1
-        st.extra["last_failure"] = last_failure(prior, st)
+        st.last_failure = last_failure(prior, st)
         self._index(st, prior)
         changes.append(Change(kind, prior, also))
         return prior
@@ -255,15 +237,13 @@ class Restarts:
         """Mark ``inc`` a crash loop, saying whether restarting can help."""
         attempts = inc.restarts + 1
         helps, why = restart_advice(inc.category, self.playbook)
-        inc.extra["crash_loop"] = True
-        inc.extra["crash_loop_at"] = self.crash_loop_attempts
-        inc.extra["restart_helps"] = helps
-        inc.extra["note"] = (
+        note = (
             f"crash loop: failed the same way {attempts} times ("
             f"{inc.restarts} restart{'s' if inc.restarts != 1 else ''}); "
             + ("restarting will not help: " if not helps else "restarting has not helped: ")
             + why
         )
+        inc.mark_crash_loop(CrashLoop(helps, note, attempts=self.crash_loop_attempts))
 
 
 def link(inc: Incident) -> Link:

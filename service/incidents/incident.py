@@ -21,6 +21,26 @@ MAX_RELATED = 25
 MAX_EVIDENCE = 60
 
 
+@dataclass(frozen=True, slots=True)
+class CrashLoop:
+    """The workload keeps failing the same way: after ``attempts`` failed starts (the
+    configured count), or on Kubernetes' word (``source``: ``kubernetes``); whether
+    restarting can help, and the note that says so."""
+
+    restart_helps: bool
+    note: str
+    attempts: int | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRestart:
+    """A restart's failure not judged yet (same failure again, or a new one): the open
+    failure it may continue (``of``)."""
+
+    of: str | None
+
+
 @dataclass
 class Incident:
     id: str
@@ -40,7 +60,9 @@ class Incident:
     resolved_at: float | None = None
     resolution: str | None = None
     restarts: int = 0  # later runs of the workload that failed the same way
-    extra: IncidentExtra = field(default_factory=lambda: IncidentExtra())  # judgements
+    extra: IncidentExtra = field(default_factory=lambda: IncidentExtra())  # what is shown
+    crash_loop: CrashLoop | None = None  # shown as extra.crash_loop, .restart_helps, .note
+    pending_restart: PendingRestart | None = None  # saved as extra.pending_restart_of
 
     @staticmethod
     def make_id(stream: str, run: int, seq: int, line: str) -> str:
@@ -80,6 +102,31 @@ class Incident:
         ):
             self.related.append(finding)
         return False
+
+    def mark_crash_loop(self, loop: CrashLoop) -> None:
+        """``inc`` is a crash loop (``loop``); its ``extra`` shows it (``crash_loop``,
+        ``crash_loop_at`` or ``crash_loop_source``, ``restart_helps``, ``note``)."""
+        self.crash_loop = loop
+        self.extra["crash_loop"] = True
+        if loop.attempts is not None:
+            self.extra["crash_loop_at"] = loop.attempts
+        if loop.source is not None:
+            self.extra["crash_loop_source"] = loop.source
+        self.extra["restart_helps"] = loop.restart_helps
+        self.extra["note"] = loop.note
+
+    def shown_extra(self) -> IncidentExtra:
+        """``extra`` as kept and sent: a pending restart's ``pending_restart_of`` right
+        after its ``after_restart_of``."""
+        if self.pending_restart is None:
+            return self.extra.copy()
+        out = IncidentExtra()
+        for key, value in self.extra.items():
+            out[key] = value  # type: ignore[literal-required]
+            if key == "after_restart_of":
+                out["pending_restart_of"] = self.pending_restart.of
+        out.setdefault("pending_restart_of", self.pending_restart.of)
+        return out
 
     def note(self, line: str) -> None:
         """Keep the log from the first error on (bounded; repeats of a recent line skipped)."""
@@ -121,7 +168,7 @@ class Incident:
             "opened_at": self.opened_at,
             "resolved_at": self.resolved_at,
             "resolution": self.resolution,
-            "extra": self.extra.copy(),
+            "extra": self.shown_extra(),
         }
 
     def to_dict(self) -> IncidentBody:
@@ -143,7 +190,7 @@ class Incident:
             "resolved_at": self.resolved_at,
             "resolution": self.resolution,
             "restarts": self.restarts,
-            "extra": self.extra,
+            "extra": self.shown_extra() if self.pending_restart else self.extra,
         }
 
     @classmethod
@@ -152,6 +199,17 @@ class Incident:
         data: dict[str, Any] = dict(d)
         data["primary"] = Finding.from_dict(d["primary"])
         data["related"] = [Finding.from_dict(r) for r in d.get("related", [])]
+        extra = IncidentExtra(**d.get("extra", {}))
+        if "pending_restart_of" in extra:
+            data["pending_restart"] = PendingRestart(extra.pop("pending_restart_of"))
+        if extra.get("crash_loop"):
+            data["crash_loop"] = CrashLoop(
+                restart_helps=extra.get("restart_helps", True),
+                note=extra.get("note", ""),
+                attempts=extra.get("crash_loop_at"),
+                source=extra.get("crash_loop_source"),
+            )
+        data["extra"] = extra
         return cls(**data)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from service.classify.judgements import serving, stalls
 from service.classify.judgements.judgement import Judgement
 from service.classify.rules import PrefixCachingModel, ServingRules, StallRules, WaitingRules
+from service.classify.run_state import ServingStats, Waiting
 from service.classify.stream_state import STARTING, StreamState
 from service.parse import line as L
 from service.parse.masking import mask
@@ -46,15 +47,15 @@ def waiting(
     if not _WAITING.search(line.message[:300]):
         return None
     template = mask(line.message)[:200]
-    w = st.extra.get("waiting")
-    if not w or w.get("template") != template or w.get("stage") != st.stage:
-        st.extra["waiting"] = {"template": template, "stage": st.stage, "count": 1, "first": time}
+    w = st.checks.waiting
+    if w is None or w.template != template or w.stage != st.stage:
+        st.checks.waiting = Waiting(template, st.stage, 1, time)
         return None
-    w["count"] += 1
-    first = w.get("first")
+    w.count += 1
+    first = w.first
     span = (time - first) if time is not None and first is not None else None
     if (
-        w["count"] < rules.repeats
+        w.count < rules.repeats
         or (span is not None and span < rules.min_span_s)
         or st.current() is not None
     ):
@@ -64,7 +65,7 @@ def waiting(
     return Judgement(
         f"{stalls.STALL_PREFIX}{stage}",
         categories.get(stage, "unknown"),
-        f"stuck in {stage}: the same wait repeated {w['count']} times{quiet} with no "
+        f"stuck in {stage}: the same wait repeated {w.count} times{quiet} with no "
         f"progress: {line.message[:300]}",
         line.text,
         role="symptom",
@@ -104,7 +105,9 @@ def serving_stats(st: StreamState, text: str, rules: ServingRules) -> list[Judge
         if args is not None
         else st.facts.get("enable_prefix_caching") == "True"
     )
-    state = st.extra.setdefault("stats", {})
+    if st.checks.stats is None:
+        st.checks.stats = ServingStats()
+    state = st.checks.stats
     found = serving.judge(text, state, expected, rules)
     if not found:  # the common case: no line to clean
         return []

@@ -8,7 +8,7 @@ import re
 
 from service.classify.judgements.judgement import Judgement
 from service.classify.rules import ServingRules
-from service.incidents.snapshots import ServingStats
+from service.classify.run_state import ServingStats
 
 # V0: "... Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%, ..."
 # V1: "Engine 000: ... Running: 1 reqs, Waiting: 0 reqs[, Deferred: 0 reqs][, KV fetch: ...]
@@ -42,11 +42,11 @@ def judge(
     waiting = int(m.group("waiting"))
     running = int(m.group("running"))
     prompt = float(m.group("prompt"))
-    kvs = state.setdefault("kv", [])
+    kvs = state.kv
     kvs.append(kv)
     del kvs[: -rules.kv_high_lines]
-    state["kv_high"] = state.get("kv_high", 0) + 1 if kv >= rules.kv_high_pct else 0
-    if state["kv_high"] == rules.kv_high_lines:
+    state.kv_high = state.kv_high + 1 if kv >= rules.kv_high_pct else 0
+    if state.kv_high == rules.kv_high_lines:
         out.append(
             Judgement(
                 "kv-cache-saturated",
@@ -56,16 +56,16 @@ def judge(
                 f"{waiting} waiting",
             )
         )
-    queue = state.setdefault("waiting", [])
+    queue = state.waiting
     queue.append(waiting)
     del queue[: -rules.queue_growing_lines]
     if (
         len(queue) == rules.queue_growing_lines
         and queue[-1] >= rules.queue_min
         and all(b > a for a, b in zip(queue, queue[1:], strict=False))
-        and not state.get("queue_warned")
+        and not state.queue_warned
     ):
-        state["queue_warned"] = True
+        state.queue_warned = True
         out.append(
             Judgement(
                 "waiting-queue-growing",
@@ -76,11 +76,11 @@ def judge(
             )
         )
     elif queue and queue[-1] == 0:
-        state["queue_warned"] = False
+        state.queue_warned = False
     swapped = int(m.group("swapped") or 0)
     preempt = int(m.group("preempt") or 0)
-    if (preempt or swapped) and not state.get("preempt_warned"):
-        state["preempt_warned"] = True
+    if (preempt or swapped) and not state.preempt_warned:
+        state.preempt_warned = True
         what = f"{preempt} preemptions" if preempt else f"{swapped} requests swapped out"
         out.append(
             Judgement(
@@ -93,11 +93,11 @@ def judge(
     h = _HIT.search(message, m.end())
     if h is not None and prefix_caching_expected and prompt > 0:
         hit = float(h.group("hit"))
-        state["hit_zero"] = state.get("hit_zero", 0) + 1 if hit == 0.0 else 0
-        prompts = state.setdefault("prompt", [])
+        state.hit_zero = state.hit_zero + 1 if hit == 0.0 else 0
+        prompts = state.prompt
         prompts.append(prompt)
         del prompts[: -rules.hit_zero_lines]
-        if state["hit_zero"] == rules.hit_zero_lines:
+        if state.hit_zero == rules.hit_zero_lines:
             out.append(
                 Judgement(
                     "prefix-cache-hit-zero",
