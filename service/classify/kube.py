@@ -11,12 +11,13 @@ as a finding of the stream's current run; anything else is evidence of the open 
   admission failure) goes to the pod's stream the classifier knows (the one with an open
   incident, else the latest), else to ``namespace/pod``.
 * A crash-loop back-off on a stream with an open incident confirms that incident's crash
-  loop (``extra.crash_loop``, ``crash_loop_source: kubernetes``) rather than opening
-  another; without one it opens a low-priority ``unknown`` symptom a root cause replaces.
+  loop (the registered crash-loop judgement, :mod:`.judgements.crash_loops`) rather than
+  opening another; without one it opens a low-priority ``unknown`` symptom a root cause
+  replaces.
 * The first line of one of the pod's containers resolves an open scheduling incident of
   the pod's own stream (``namespace/pod``): the pod was scheduled after all.
 
-The engine drives these steps (:func:`route`, :func:`read`, :func:`crash_loop_backoff`,
+The engine drives these steps (:func:`route`, :func:`read`, :func:`open_critical`,
 :func:`pod_started`) and attaches what the signatures find as it does for a log line.
 """
 
@@ -25,16 +26,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from service.classify.judgements.playbook import restart_advice
-from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import StreamState
-from service.incidents.incident import Change, CrashLoop, Incident
+from service.incidents.incident import Change, Incident
 from service.parse import line as L
 from service.records import LogRecord
 
 MAX_SEEN = 256  # evidence ids remembered per stream
 SCHEDULING_RULES = frozenset(("k8s-failed-scheduling", "k8s-failed-scheduling-gpu"))
-CRASH_LOOP_RULE = "k8s-crash-loop-backoff"
 
 
 def route(rec: LogRecord, streams: Mapping[str, StreamState]) -> None:
@@ -56,10 +54,11 @@ def route(rec: LogRecord, streams: Mapping[str, StreamState]) -> None:
 
 
 def _rank(st: StreamState) -> tuple[bool, float, int]:
-    return (_open_critical(st) is not None, st.last_time or 0.0, st.seq)
+    return (open_critical(st) is not None, st.last_time or 0.0, st.seq)
 
 
-def _open_critical(st: StreamState) -> Incident | None:
+def open_critical(st: StreamState) -> Incident | None:
+    """The stream's latest open failure, if any."""
     return next(
         (i for i in reversed(st.incidents) if i.status == "open" and i.severity == "critical"), None
     )
@@ -84,32 +83,6 @@ def read(st: StreamState, kube: dict[str, Any], text: str, time: float | None) -
     if time is not None and (st.last_time is None or time > st.last_time):
         st.last_time = time
     return L.parse_line(text, pasted=False)
-
-
-def crash_loop_backoff(
-    st: StreamState,
-    line: L.Line,
-    sigs: list[tuple[Signature, Any]],
-    playbook: PlaybookRules,
-    time: float | None,
-) -> list[Change] | None:
-    """A crash-loop back-off alone on a stream with an open failure confirms that failure's
-    crash loop (the changes); None when the line is to be classified as any other."""
-    inc = _open_critical(st)
-    if inc is None or len(sigs) != 1 or sigs[0][0].id != CRASH_LOOP_RULE:
-        return None
-    inc.note(line.text)
-    if inc.crash_loop is not None:  # (one the engine saw itself is left as it is)
-        return [Change("evidence", inc)]
-    helps, why = restart_advice(inc.category, playbook)
-    note = (
-        "crash loop: Kubernetes backs off restarting the container; "
-        + ("restarting will not help: " if not helps else "restarting has not helped: ")
-        + why
-    )
-    inc.mark_crash_loop(CrashLoop(helps, note, source="kubernetes"))
-    inc.updated_at = time
-    return [Change("updated", inc)]
 
 
 def pod_started(

@@ -27,11 +27,10 @@ its predecessor's - after a restart of the service too.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from service.classify.judgements.playbook import restart_advice
-from service.classify.rules import PlaybookRules
+from service.classify.run_state import MAX_FAILURES, Failure
 from service.classify.stream_state import FAILED, STOPPED, StreamState
 from service.incidents.finding import Finding
 from service.incidents.incident import Change, ChangeKind, CrashLoop, Incident
@@ -73,11 +72,13 @@ class Streams(Protocol):
 class Restarts:
     """Restart judgements over the streams and their workloads (``streams``)."""
 
-    def __init__(self, streams: Streams, playbook: PlaybookRules, crash_loop_attempts: int) -> None:
-        """``crash_loop_attempts``: failed starts, the same way, that make a crash loop."""
+    def __init__(
+        self, streams: Streams, crash_loop: Callable[[Incident], CrashLoop | None]
+    ) -> None:
+        """``crash_loop``: whether an incident that failed the same way once more is a crash
+        loop now (the registered judgement's answer, :mod:`.judgements.crash_loops`)."""
         self.streams = streams
-        self.playbook = playbook
-        self.crash_loop_attempts = max(2, int(crash_loop_attempts))
+        self.crash_loop = crash_loop
 
     def priors(self, st: StreamState) -> list[Incident]:
         """Open failures of earlier runs of this workload, latest first: this stream's, then
@@ -126,8 +127,10 @@ class Restarts:
 
     def announce(self, st: StreamState, inc: Incident, changes: list[Change]) -> None:
         """``inc`` is opened: remembered as the workload's latest failure, so a restart that
-        fails the same way continues it."""
+        fails the same way continues it, and among the stream's failures."""
         st.last_failure = last_failure(inc, st)
+        st.failures.append(Failure(inc.opened_at, inc.category, inc.id))
+        del st.failures[:-MAX_FAILURES]
         self._index(st, inc)
         changes.append(Change("opened", inc))
 
@@ -222,28 +225,17 @@ class Restarts:
         for finding in (f, *others):
             if prior.add(finding):
                 kind = "updated"
-        if prior.restarts + 1 >= self.crash_loop_attempts:
+        loop = self.crash_loop(prior)
+        if loop is not None:
             if prior.crash_loop is None:
                 kind = "updated"
-            self.crash_loop(prior)
+            prior.mark_crash_loop(loop)
         st.status = FAILED
         st.runs_failed += 1
         st.last_failure = last_failure(prior, st)
         self._index(st, prior)
         changes.append(Change(kind, prior, also))
         return prior
-
-    def crash_loop(self, inc: Incident) -> None:
-        """Mark ``inc`` a crash loop, saying whether restarting can help."""
-        attempts = inc.restarts + 1
-        helps, why = restart_advice(inc.category, self.playbook)
-        note = (
-            f"crash loop: failed the same way {attempts} times ("
-            f"{inc.restarts} restart{'s' if inc.restarts != 1 else ''}); "
-            + ("restarting will not help: " if not helps else "restarting has not helped: ")
-            + why
-        )
-        inc.mark_crash_loop(CrashLoop(helps, note, attempts=self.crash_loop_attempts))
 
 
 def link(inc: Incident) -> Link:

@@ -6,7 +6,7 @@ An extra directory holds ``*.yaml`` files (directly or under ``signatures/``) in
 ``examples.no_match``. A rule whose id is a shipped rule's replaces it; ``disabled`` ids are
 left out; ``overrides`` replace fields of a rule by id (validated as the rule itself). A
 ``judgements.yaml`` at the top of the directory overrides keys of the shipped
-``rules/judgements.yaml`` (:func:`service.classify.rules.load_judgements`); a
+``rules/judgements.yaml`` (:func:`service.classify.judgements.registry.load_judgements`); a
 ``redaction.yaml`` there adds secret patterns to ``rules/redaction.yaml`` (same name:
 replaces), its examples run at load (:mod:`service.classify.redaction`). The same checks
 serve ``vllm-sentinel rules test DIR``, ``check-config`` and start-up.
@@ -23,6 +23,7 @@ import regex
 import yaml
 from pydantic import ValidationError
 
+from service.classify.judgements.registry import JudgementRules, load_judgements
 from service.classify.multimatch import unsupported
 from service.classify.redaction import (
     REDACTION_FILE,
@@ -31,7 +32,7 @@ from service.classify.redaction import (
     load_redactor,
 )
 from service.classify.rulebook import RuleBook
-from service.classify.rules import RULES_DIR, JudgementRules, Signature, load_judgements
+from service.classify.rules import RULES_DIR, Signature
 from service.parse.line import parse_line
 
 SHIPPED, ADDED, REPLACED, OVERRIDDEN = "shipped", "added", "replaced", "overridden"
