@@ -13,25 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from service.classify import events as ev
 from service.classify import runs
-from service.classify.events import (
-    ApiServer,
-    Counted,
-    Event,
-    Facts,
-    Found,
-    FrameHint,
-    Judged,
-    LastLine,
-    NewRun,
-    Noted,
-    Reached,
-    Ready,
-    Refined,
-    Seen,
-    Serving,
-    ShuttingDown,
-)
 from service.classify.findings import Findings
 from service.classify.judgements.registry import Judges
 from service.classify.rulebook import RuleBook
@@ -44,7 +27,7 @@ STOPPED_WORDS = ("Application shutdown complete", "Finished server process")
 
 
 class Stage(Protocol):
-    def __call__(self, seen: Seen) -> Sequence[Event]: ...
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]: ...
 
 
 class QuietServing:
@@ -55,27 +38,27 @@ class QuietServing:
         self.rules = rules
         self.judges = judges
 
-    def __call__(self, seen: Seen) -> Sequence[Event]:
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st = seen.st
         if st.stage != "serving" or st.shutting_down:
             return ()
         if "Avg prompt throughput" in seen.text:
             seen.done = True
             judged = self.judges.line(st, seen)
-            return [Counted(seen.time, opens=False), *(Judged(j, seen.time) for j in judged)]
+            return [ev.Counted(seen.time, opens=False), *(ev.Judged(j, seen.time) for j in judged)]
         if not self.rules.worth_a_look(seen.text):
             seen.done = True
-            return [Counted(seen.time, opens=False)]
+            return [ev.Counted(seen.time, opens=False)]
         return ()
 
 
-def parse(seen: Seen) -> Sequence[Event]:
+def parse(seen: ev.Seen) -> Sequence[ev.Event]:
     """The line's kind, level, process and message; an empty line is not counted."""
     seen.line = L.parse_line(seen.text)
     if seen.line.kind == L.EMPTY:
         seen.done = True
         return ()
-    return [Counted(seen.time)]
+    return [ev.Counted(seen.time)]
 
 
 class Tracebacks:
@@ -87,7 +70,7 @@ class Tracebacks:
         self.frame_stage = rules.frame_stage
         self.tracks = tracks
 
-    def __call__(self, seen: Seen) -> Sequence[Event]:
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line = seen.st, seen.line
         assert line is not None
         where = (st.key, line.proc_key)
@@ -95,23 +78,23 @@ class Tracebacks:
             self.tracks.close(where)
             return ()
         seen.done = True
-        out: list[Event] = []
+        out: list[ev.Event] = []
         hint = self.frame_stage.get(line.func or "") if line.kind == L.FRAME else None
         if hint:  # the deepest specific frame wins; ``serving`` only when nothing else hints
             known = st.frame_hint.get(line.proc_key)
             now = hint if hint != "serving" or known is None else known
-            out.append(FrameHint(line.proc_key, now))
+            out.append(ev.FrameHint(line.proc_key, now))
             target = self.tracks.refining.get(where)
             if target:
-                out.append(Refined(target[0], target[1], now))
+                out.append(ev.Refined(target[0], target[1], now))
         if line.kind == L.CHAIN:
             self.tracks.chain(where)
         elif line.kind == L.TRACEBACK:
             if not self.tracks.start(where):  # a chained block: the first's frames count
-                out.append(FrameHint(line.proc_key, None))
+                out.append(ev.FrameHint(line.proc_key, None))
         else:
             self.tracks.line(where, line.message.strip())
-        out.append(Noted(line.text))
+        out.append(ev.Noted(line.text))
         return out
 
 
@@ -121,10 +104,10 @@ class Match:
     def __init__(self, rules: RuleBook) -> None:
         self.rules = rules
 
-    def __call__(self, seen: Seen) -> Sequence[Event]:
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         assert seen.line is not None
         seen.hits = self.rules.scan(seen.line.message)
-        return [LastLine(seen.line.text)]
+        return [ev.LastLine(seen.line.text)]
 
 
 class RunStart:
@@ -134,11 +117,11 @@ class RunStart:
     def __init__(self, gap_s: float) -> None:
         self.gap_s = gap_s
 
-    def __call__(self, seen: Seen) -> Sequence[Event]:
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line, hits = seen.st, seen.line, seen.hits
         assert line is not None
         looked_at = hits.looked_at()
-        out: list[Event] = []
+        out: list[ev.Event] = []
         if (
             hits.run_start
             or (
@@ -148,37 +131,37 @@ class RunStart:
                 )
             )
         ) and runs.is_new_run(st):
-            out.append(NewRun(seen.time))
+            out.append(ev.NewRun(seen.time))
         if looked_at and line.process == "APIServer" and line.pid is not None:
-            out.append(ApiServer(line.pid))
+            out.append(ev.ApiServer(line.pid))
         return out
 
 
-def stages(seen: Seen) -> Sequence[Event]:
+def stages(seen: ev.Seen) -> Sequence[ev.Event]:
     """The startup stages the line marks."""
-    return [Reached(stage, seen.time) for stage in seen.hits.stages]
+    return [ev.Reached(stage, seen.time) for stage in seen.hits.stages]
 
 
-def ready(seen: Seen) -> Sequence[Event]:
+def ready(seen: ev.Seen) -> Sequence[ev.Event]:
     """The API server is up (a starting run's, or a failed run's that recovered)."""
     st = seen.st
     if seen.hits.ready and st.status in (STARTING, FAILED) and not st.shutting_down:
         seen.ready = True
-        return [Reached("api_server", seen.time), Ready(seen.time)]
+        return [ev.Reached("api_server", seen.time), ev.Ready(seen.time)]
     return ()
 
 
-def status(seen: Seen) -> Sequence[Event]:
+def status(seen: ev.Seen) -> Sequence[ev.Event]:
     """Serving, shutting down (stopped when the server says it finished), facts."""
     st, hits = seen.st, seen.hits
     assert seen.line is not None
-    out: list[Event] = []
+    out: list[ev.Event] = []
     if hits.serving and not st.shutting_down and st.status != SERVING:
-        out += [Reached("serving", seen.time), Serving()]
+        out += [ev.Reached("serving", seen.time), ev.Serving()]
     if hits.shutdown:
-        out.append(ShuttingDown(seen.line.message.startswith(STOPPED_WORDS)))
+        out.append(ev.ShuttingDown(seen.line.message.startswith(STOPPED_WORDS)))
     if hits.facts:
-        out.append(Facts(tuple(hits.facts)))
+        out.append(ev.Facts(tuple(hits.facts)))
     return out
 
 
@@ -188,8 +171,8 @@ class Judgements:
     def __init__(self, judges: Judges) -> None:
         self.judges = judges
 
-    def __call__(self, seen: Seen) -> Sequence[Event]:
-        return [Judged(j, seen.time) for j in self.judges.line(seen.st, seen)]
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
+        return [ev.Judged(j, seen.time) for j in self.judges.line(seen.st, seen)]
 
 
 class Find:
@@ -199,7 +182,7 @@ class Find:
     def __init__(self, findings: Findings) -> None:
         self.findings = findings
 
-    def __call__(self, seen: Seen) -> Sequence[Event]:
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line, hits = seen.st, seen.line, seen.hits
         assert line is not None
         found = (
@@ -207,4 +190,4 @@ class Find:
             if hits.benign and not hits.signatures
             else self.findings.of_line(st, line, hits.signatures, seen.time)
         )
-        return [Noted(line.text) if found is None else Found(found, line.proc_key)]
+        return [ev.Noted(line.text) if found is None else ev.Found(found, line.proc_key)]

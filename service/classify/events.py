@@ -49,6 +49,8 @@ class Counted:
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
+    """The stream's next run starts (``time``: its first line's)."""
+
     time: float | None
 
 
@@ -61,12 +63,16 @@ class ApiServer:
 
 @dataclass(frozen=True, slots=True)
 class Reached:
+    """A startup stage marked (the rungs skipped before it are implied)."""
+
     stage: str
     time: float | None
 
 
 @dataclass(frozen=True, slots=True)
 class Ready:
+    """The API server is up: the run's facts are its workload's last good ones."""
+
     time: float | None
 
 
@@ -77,7 +83,9 @@ class Serving:
 
 @dataclass(frozen=True, slots=True)
 class ShuttingDown:
-    stopped: bool  # the server said it finished
+    """The server is shutting down (``stopped``: it said it finished)."""
+
+    stopped: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,8 @@ class Facts:
 
 @dataclass(frozen=True, slots=True)
 class LastLine:
+    """The stream's latest line (a stall quotes it)."""
+
     text: str
 
 
@@ -111,6 +121,8 @@ class Refined:
 
 @dataclass(frozen=True, slots=True)
 class Judged:
+    """A judge's :class:`Judgement`: a finding no single line carries."""
+
     judgement: Judgement
     time: float | None
 

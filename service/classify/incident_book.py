@@ -13,26 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from service.classify import events as ev
 from service.classify import runs
-from service.classify.events import (
-    ApiServer,
-    BackOff,
-    Counted,
-    Event,
-    Facts,
-    Found,
-    FrameHint,
-    Judged,
-    LastLine,
-    NewRun,
-    Noted,
-    Reached,
-    Ready,
-    Refined,
-    Serving,
-    Settle,
-    ShuttingDown,
-)
 from service.classify.explain import COMPAT_TIER, Explainer
 from service.classify.findings import Findings
 from service.classify.restarts import Restarts, link, link_of
@@ -73,67 +55,67 @@ class IncidentBook:
         self.restarts = restarts
         self.tracker = tracker
 
-    def apply(self, st: StreamState, events: Iterable[Event], changes: list[Change]) -> None:
+    def apply(self, st: StreamState, events: Iterable[ev.Event], changes: list[Change]) -> None:
         """Apply ``events`` of stream ``st`` in order; what they changed goes to ``changes``."""
-        for ev in events:
-            match ev:
-                case Counted(time, opens):
+        for event in events:
+            match event:
+                case ev.Counted(time, opens):
                     st.seq += 1
                     if time is not None:
                         st.last_time = time
                         if opens and st.first_time is None:
                             st.first_time = time
-                case NewRun(time):
+                case ev.NewRun(time):
                     if st.pending is not None:  # the attempt ended without its root cause
                         self._settle(st, changes, final=True)
                     runs.new_run(st, time)
                     merge_meta(st, st.meta, self.cuda)
-                case ApiServer(pid):
+                case ev.ApiServer(pid):
                     if st.checks.api_pid is None:
                         st.checks.api_pid = pid
-                case Reached(stage, time):
+                case ev.Reached(stage, time):
                     if runs.advance(st, stage, time, changes):
                         self._resolve_passed(st, time, changes)
-                case Ready(time):
+                case ev.Ready(time):
                     st.status = READY
                     st.last_good_facts = dict(st.facts)
                     workload = self.tracker.workload(workload_key(st.key, st.meta))
                     workload.last_good = st.last_good_facts  # the workload's last good start
                     self.tracker.changed(workload.key)
                     self._resolve_passed(st, time, changes, ready=True)
-                case Serving():
+                case ev.Serving():
                     if st.status in (STARTING, READY):
                         st.status = SERVING
-                case ShuttingDown(stopped):
+                case ev.ShuttingDown(stopped):
                     st.shutting_down = True
                     if stopped:
                         st.status = STOPPED if st.status != FAILED else FAILED
-                case Facts(found):
+                case ev.Facts(found):
                     for name, value in found:
                         st.facts.setdefault(name, value)
-                case LastLine(text):
+                case ev.LastLine(text):
                     st.last_line = text
-                case FrameHint(process, stage):
+                case ev.FrameHint(process, stage):
                     if stage is None:
                         st.frame_hint.pop(process, None)
                     else:
                         st.frame_hint[process] = stage
-                case Refined(finding, incident, stage):
+                case ev.Refined(finding, incident, stage):
                     changes += self.findings.refine(finding, incident, stage)
-                case Judged(judgement, time):
+                case ev.Judged(judgement, time):
                     self.attach(st, self.findings.judged(st, judgement, time), changes)
                     inc = st.current() if judgement.stall else None
                     if inc is not None:
                         inc.extra["stall"] = True
-                case Found(finding, process):
+                case ev.Found(finding, process):
                     inc = self.attach(st, finding, changes)
                     if process is not None:  # later frames of the process may refine it
                         self.tracker.tracks.watch((st.key, process), finding, inc)
-                case Noted(text):
+                case ev.Noted(text):
                     self.note(st, text)
-                case Settle(final):
+                case ev.Settle(final):
                     self._settle(st, changes, final)
-                case BackOff(inc, text, loop, time):
+                case ev.BackOff(inc, text, loop, time):
                     inc.note(text)
                     if loop is None:  # (a crash loop already known is left as it is)
                         changes.append(Change("evidence", inc))

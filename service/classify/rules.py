@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -24,9 +24,14 @@ RULES_DIR = shipped_dir("rules")  # the top-level rules/, installed as vllm_sent
 Role = Literal["cause", "symptom", "cascade", "warning"]
 
 
-class Examples(BaseModel):
+E = TypeVar("E")
+
+
+class Examples(BaseModel, Generic[E]):
+    """A rule's own tests: lines it must match (of type ``E``), lines it must not."""
+
     model_config = ConfigDict(extra="forbid")
-    match: list[str] = Field(min_length=1)
+    match: list[E] = Field(min_length=1)
     no_match: list[str] = Field(min_length=1)
 
 
@@ -54,7 +59,7 @@ class Signature(BaseModel):
     quiet_on: list[str] = Field(
         default_factory=list
     )  # platforms (the `platform` fact) where it is noise
-    examples: Examples
+    examples: Examples[str]
 
     @field_validator("category")
     @classmethod
@@ -116,10 +121,7 @@ class StageRules(BaseModel):
         return self
 
 
-class BenignPattern(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    pattern: str
-    example: str
+BenignPattern = StagePattern  # a benign line's pattern and example (rules/benign.yaml)
 
 
 class FactPattern(BaseModel):

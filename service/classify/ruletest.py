@@ -80,6 +80,17 @@ def _files(directory: Path) -> list[Path]:
     return found
 
 
+def said(where: str, exc: ValidationError) -> list[str]:
+    """One line per problem pydantic found: ``where: key.path: what is wrong``."""
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        out.append(
+            f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
+        )
+    return out
+
+
 def _judgements(rules_dir: Path, teams: list[Path], problems: list[str]) -> JudgementRules | None:
     """The shipped judgements with the teams' files merged on (None: no team file)."""
     if not teams:
@@ -87,12 +98,7 @@ def _judgements(rules_dir: Path, teams: list[Path], problems: list[str]) -> Judg
     try:
         return load_judgements(rules_dir, teams)
     except ValidationError as exc:
-        where = ", ".join(str(t) for t in teams)
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            problems.append(
-                f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
-            )
+        problems += said(", ".join(str(t) for t in teams), exc)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         problems.append(f"{JUDGEMENTS}: cannot read: {exc}")
     return None
@@ -117,12 +123,7 @@ def _read(path: Path, problems: list[str], shipped: bool = False) -> list[Signat
         try:
             sig = Signature.model_validate(item)
         except ValidationError as exc:
-            for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"])
-                problems.append(
-                    f"{path}: {rid or f'signatures[{i}]'}: "
-                    f"{loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
-                )
+            problems += said(f"{path}: {rid or f'signatures[{i}]'}", exc)
             continue
         try:
             regex.compile(sig.pattern)
@@ -188,12 +189,7 @@ def load_rule_set(
         try:
             by_id[rid] = Signature.model_validate({**base.model_dump(), **fields})
         except ValidationError as exc:
-            for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"])
-                problems.append(
-                    f"overrides.{rid}: {loc + ': ' if loc else ''}"
-                    f"{err['msg'].removeprefix('Value error, ')}"
-                )
+            problems += said(f"overrides.{rid}", exc)
             continue
         rs.status[rid] = OVERRIDDEN
     for rid in disabled:
