@@ -5,7 +5,9 @@ incident, and never calls another stage. The classifier assembles them once, in 
 the next one runs:
 
 quiet serving lines → parse → tracebacks → match → run start → stages → ready → status
-→ judgements → finding (:class:`Find`).
+→ judgements → finding (:class:`Find`); then, whatever a stage took, the closing ones: a
+restart's undecided failure settled (:func:`settle`), the judgements over the line's
+incident changes (:class:`Afterwards`).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ class RunStart:
                 )
             )
         ) and runs.is_new_run(st):
-            out.append(ev.NewRun(seen.time))
+            out += ev.new_run(st, seen.time)
         if looked_at and line.process == "APIServer" and line.pid is not None:
             out.append(ev.ApiServer(line.pid))
         return out
@@ -191,3 +193,19 @@ class Find:
             else self.findings.of_line(st, line, hits.signatures, seen.time)
         )
         return [ev.Noted(line.text) if found is None else ev.Found(found, line.proc_key)]
+
+
+def settle(seen: ev.Seen) -> Sequence[ev.Event]:
+    """A restart's failure still undecided is judged if it can be now (its root cause is
+    known, or the stream's input ended)."""
+    return [ev.Settle(seen.final)] if seen.st.pending is not None else ()
+
+
+class Afterwards:
+    """What the registered judges make of the incident changes of the line."""
+
+    def __init__(self, judges: Judges) -> None:
+        self.judges = judges
+
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
+        return [ev.Judged(j, seen.time) for j in self.judges.after(seen.st, seen.changes)]

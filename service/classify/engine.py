@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from service.classify import chain, kube
-from service.classify.events import BackOff, Event, Found, Judged, NewRun, Noted, Seen, Settle
+from service.classify.events import Found, Judged, Seen, Settle, new_run
 from service.classify.findings import Findings, TextModelLike
 from service.classify.incident_book import IncidentBook
 from service.classify.judgements import crash_loops, stalls
@@ -31,6 +31,8 @@ from service.classify.stream_state import STARTING, StreamState, merge_meta
 from service.classify.tracker import NoveltyState, StreamTracker
 from service.incidents.incident import Change
 from service.records import LogRecord
+
+Stages = tuple[chain.Stage, ...]
 
 
 class Classifier:
@@ -69,7 +71,7 @@ class Classifier:
         self.findings = Findings(rules, playbook, text_model, self.tracker.novelty)
         self.restarts = Restarts(self.tracker, self.judges.restarted)
         self.book = IncidentBook(rules, playbook, self.findings, self.restarts, self.tracker)
-        self.chain: tuple[chain.Stage, ...] = (
+        self.chain: Stages = (
             chain.QuietServing(rules, self.judges),
             chain.parse,
             chain.Tracebacks(rules, self.tracker.tracks),
@@ -80,6 +82,13 @@ class Classifier:
             chain.status,
             chain.Judgements(self.judges),
             chain.Find(self.findings),
+        )
+        self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))
+        self.evidence_chain: Stages = (
+            kube.read,
+            kube.Match(rules),
+            kube.CrashLoopBackOff(self.judges),
+            kube.Find(self.findings),
         )
         self.lines = 0  # lines counted on their streams
         self._secret_blocks: Blocks = OrderedDict()  # streams inside a multi-line secret
@@ -129,7 +138,7 @@ class Classifier:
             old, new = st.meta.get("container_id"), meta.get("container_id")
             if old and new and old != new and (st.stage is not None or st.status != STARTING):
                 # a new container of the same pod (kubelet restarted it): a new run
-                self.book.apply(st, [NewRun(rec.time)], changes)
+                self.book.apply(st, new_run(st, rec.time), changes)
             merge_meta(st, meta, self.rules.cuda)
         return changes + self._feed_text(st, rec.text, rec.time)
 
@@ -140,59 +149,39 @@ class Classifier:
         )
 
     def _feed_text(self, st: StreamState, text: str, time: float | None) -> list[Change]:
-        """The line through the chain, then what the judges make of its changes; a
-        restart's incident not judged yet (same failure again or a new one) stays silent."""
+        """The line through the chain and its closing stages; a restart's incident not
+        judged yet (same failure again or a new one) stays silent."""
         if time is None and self.clock is not None:
             time = self.clock()
-        seen, seq = Seen(st, text, time, prev_time=st.last_time), st.seq
-        changes: list[Change] = []
-        for stage in self.chain:
-            self.book.apply(st, stage(seen), changes)
-            if seen.done:
-                break
-        self.lines += st.seq - seq
-        self._settled(st, changes, time, final=False)
+        seen = Seen(st, text, time, prev_time=st.last_time)
+        changes = self._through(self.chain, seen, self.closing)
         return [c for c in changes if c.incident.pending_restart is None]
 
-    def _settled(
-        self, st: StreamState, changes: list[Change], time: float | None, final: bool
-    ) -> None:
-        """A restart's pending failure judged if it can be (``final``: its attempt ended),
-        then the judges' word on what ``changes`` hold."""
-        if st.pending is not None:
-            self.book.apply(st, [Settle(final)], changes)
-        self.book.apply(st, [Judged(j, time) for j in self.judges.after(st, changes)], changes)
-
     def _feed_kube(self, rec: LogRecord) -> list[Change]:
-        """A Kubernetes evidence record: classified by the signatures only, never moving the
-        stream's stage or status (:mod:`service.classify.kube`); a crash-loop back-off on a
-        failing stream goes to the judges."""
+        """A Kubernetes evidence record, through its own chain (:mod:`.kube`): classified by
+        the signatures only, never moving the stream's stage or status."""
         kube.route(rec, self.tracker.streams)
         meta = dict(rec.meta)
         evidence: dict[str, Any] = meta.pop("kube", None) or {}
-        st = self.state(rec.stream, meta)
+        st = self.tracker.state(rec.stream, meta)
         if meta.get("node") != st.meta.get("node") or not st.facts:
             merge_meta(st, meta, self.rules.cuda)
-        time = rec.time
-        if time is None and self.clock is not None:
-            time = self.clock()
-        line = kube.read(st, evidence, rec.text, time)
-        if line is None:
-            return []
-        self.lines += 1
-        sigs = self.rules.scan(line.message).signatures
-        failing = kube.open_critical(st)
-        loop = self.judges.evidence(failing, [s.id for s, _ in sigs]) if failing else None
-        events: list[Event]
-        if failing is not None and loop is not None:
-            known = failing.crash_loop is not None
-            events = [BackOff(failing, line.text, None if known else loop, time)]
-        else:
-            finding = self.findings.of_line(st, line, sigs, time) if sigs else None
-            events = [Noted(line.text) if finding is None else Found(finding, None)]
-        changes: list[Change] = []
-        self.book.apply(st, events, changes)
-        return changes
+        time = rec.time if rec.time is not None or self.clock is None else self.clock()
+        seen = Seen(st, rec.text, time, st.last_time, evidence=evidence)
+        return self._through(self.evidence_chain, seen)
+
+    def _through(self, stages: Stages, seen: Seen, closing: Stages = ()) -> list[Change]:
+        """``seen`` through ``stages`` (until one takes it whole), then ``closing``: each
+        stage's events applied before the next runs. Returns what they changed."""
+        seq = seen.st.seq
+        for stage in stages:
+            self.book.apply(seen.st, stage(seen), seen.changes)
+            if seen.done:
+                break
+        for stage in closing:
+            self.book.apply(seen.st, stage(seen), seen.changes)
+        self.lines += seen.st.seq - seq
+        return seen.changes
 
     # ---- the timer and the end of a log ---------------------------------------------
     def tick(self, now: float) -> list[Change]:
@@ -220,4 +209,5 @@ class Classifier:
             if st.current() is None and not st.shutting_down:
                 found = Found(self.findings.truncated(st, proc, tb), None)
                 self.book.apply(st, [found], changes)
-        self._settled(st, changes, st.last_time, final=True)
+        seen = Seen(st, "", st.last_time, st.last_time, changes=changes, final=True)
+        self._through((), seen, self.closing)

@@ -13,12 +13,13 @@ only the incident book applies (:meth:`~.incident_book.IncidentBook.apply`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from service.classify.hits import NO_HITS, Hits
 from service.classify.judgements.judgement import Judgement
 from service.classify.stream_state import StreamState
 from service.incidents.finding import Finding
-from service.incidents.incident import CrashLoop, Incident
+from service.incidents.incident import Change, CrashLoop, Incident
 from service.parse import line as L
 
 
@@ -27,7 +28,10 @@ class Seen:
     """One line of stream ``st`` on its way through the chain. ``prev_time``: the time of
     the stream's line before it; ``line`` and ``hits``: parsed and matched (None and no
     hits on the quiet path of a serving stream); ``ready``: the server got ready on it;
-    ``done``: a stage took the line whole (the stages after it are skipped)."""
+    ``done``: a stage took the line whole (the stages after it are skipped, the closing
+    ones still run); ``evidence``: what Kubernetes said, for its evidence record
+    (:mod:`.kube`); ``changes``: what the incident book changed so far; ``final``: the
+    stream's input ended (a restart's undecided failure is judged on what is known)."""
 
     st: StreamState
     text: str
@@ -37,6 +41,9 @@ class Seen:
     hits: Hits = field(default_factory=lambda: NO_HITS)
     ready: bool = False
     done: bool = False
+    evidence: dict[str, Any] | None = None
+    changes: list[Change] = field(default_factory=list)
+    final: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +56,8 @@ class Counted:
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
-    """The stream's next run starts (``time``: its first line's)."""
+    """The stream's next run starts (``time``: its first line's); a restart's failure
+    still undecided is settled first (:func:`new_run`)."""
 
     time: float | None
 
@@ -151,6 +159,17 @@ class Settle:
 
 
 @dataclass(frozen=True, slots=True)
+class Observed:
+    """Kubernetes evidence read for the stream: its id (each is read once), what it said
+    of the pod's life, and whether it is a line counted on the stream (``counts``)."""
+
+    evidence_id: str | None
+    life: str | None
+    time: float | None
+    counts: bool
+
+
+@dataclass(frozen=True, slots=True)
 class BackOff:
     """Kubernetes backs off restarting the container of ``incident``: a crash loop
     (``loop``; None: one already known)."""
@@ -159,6 +178,12 @@ class BackOff:
     text: str
     loop: CrashLoop | None
     time: float | None
+
+
+def new_run(st: StreamState, time: float | None) -> list[Settle | NewRun]:
+    """A new run of ``st``: the previous attempt ended, so a failure of it still undecided
+    (its root cause never came) is judged first."""
+    return [Settle(True), NewRun(time)] if st.pending is not None else [NewRun(time)]
 
 
 Event = (
@@ -177,5 +202,6 @@ Event = (
     | Found
     | Noted
     | Settle
+    | Observed
     | BackOff
 )

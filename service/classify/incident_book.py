@@ -33,9 +33,9 @@ from service.classify.stream_state import (
 from service.classify.tracker import StreamTracker
 from service.incidents.finding import Finding
 from service.incidents.incident import Change, Incident, PendingRestart
-from service.incidents.workload import workload_key
 
 MAX_NOTED = 60  # lines of evidence noted after the first error
+MAX_SEEN = 256  # Kubernetes evidence ids remembered per stream
 
 
 class IncidentBook:
@@ -66,8 +66,6 @@ class IncidentBook:
                         if opens and st.first_time is None:
                             st.first_time = time
                 case ev.NewRun(time):
-                    if st.pending is not None:  # the attempt ended without its root cause
-                        self._settle(st, changes, final=True)
                     runs.new_run(st, time)
                     merge_meta(st, st.meta, self.cuda)
                 case ev.ApiServer(pid):
@@ -75,14 +73,13 @@ class IncidentBook:
                         st.checks.api_pid = pid
                 case ev.Reached(stage, time):
                     if runs.advance(st, stage, time, changes):
-                        self._resolve_passed(st, time, changes)
+                        passed = self.restarts.replaced_priors(st)
+                        runs.resolve_passed(st, time, changes, passed, self.tracker.find)
                 case ev.Ready(time):
                     st.status = READY
-                    st.last_good_facts = dict(st.facts)
-                    workload = self.tracker.workload(workload_key(st.key, st.meta))
-                    workload.last_good = st.last_good_facts  # the workload's last good start
-                    self.tracker.changed(workload.key)
-                    self._resolve_passed(st, time, changes, ready=True)
+                    self.tracker.good_start(st)
+                    passed = self.restarts.replaced_priors(st)
+                    runs.resolve_passed(st, time, changes, passed, self.tracker.find, ready=True)
                 case ev.Serving():
                     if st.status in (STARTING, READY):
                         st.status = SERVING
@@ -114,7 +111,19 @@ class IncidentBook:
                 case ev.Noted(text):
                     self.note(st, text)
                 case ev.Settle(final):
-                    self._settle(st, changes, final)
+                    folded = self.restarts.settle(st, changes, final)
+                    if folded is not None:  # frames refined later update the one it joined
+                        self.tracker.tracks.repoint(*folded)
+                case ev.Observed(evidence_id, life, time, counts):
+                    if evidence_id:
+                        st.kube_seen.append(evidence_id)
+                        del st.kube_seen[:-MAX_SEEN]
+                    if life:
+                        st.pod_life.note(life, time)
+                    if counts:
+                        st.seq += 1
+                        if time is not None and (st.last_time is None or time > st.last_time):
+                            st.last_time = time
                 case ev.BackOff(inc, text, loop, time):
                     inc.note(text)
                     if loop is None:  # (a crash loop already known is left as it is)
@@ -123,17 +132,6 @@ class IncidentBook:
                         inc.mark_crash_loop(loop)
                         inc.updated_at = time
                         changes.append(Change("updated", inc))
-
-    def _resolve_passed(
-        self, st: StreamState, time: float | None, changes: list[Change], ready: bool = False
-    ) -> None:
-        replaced = self.restarts.replaced_priors(st)
-        runs.resolve_passed(st, time, changes, replaced, self.tracker.find, ready)
-
-    def _settle(self, st: StreamState, changes: list[Change], final: bool) -> None:
-        folded = self.restarts.settle(st, changes, final)
-        if folded is not None:
-            self.tracker.tracks.repoint(*folded)
 
     def attach(self, st: StreamState, f: Finding, changes: list[Change]) -> Incident | None:
         """Attach ``f`` to the run's open incident of its severity, or open one."""

@@ -17,21 +17,24 @@ as a finding of the stream's current run; anything else is evidence of the open 
 * The first line of one of the pod's containers resolves an open scheduling incident of
   the pod's own stream (``namespace/pod``): the pod was scheduled after all.
 
-The engine drives these steps (:func:`route`, :func:`read`, :func:`open_critical`,
-:func:`pod_started`) and attaches what the signatures find as it does for a log line.
+The engine routes a record (:func:`route`) and runs its chain of stages - :func:`read`,
+:class:`Match`, :class:`CrashLoopBackOff`, :class:`Find` - whose events the incident book
+applies as a log line's; :func:`pod_started` when a pod's container appears.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
+from service.classify import events as ev
+from service.classify.findings import Findings
+from service.classify.judgements.registry import Judges
+from service.classify.rulebook import RuleBook
 from service.classify.stream_state import StreamState
 from service.incidents.incident import Change, Incident
 from service.parse import line as L
 from service.records import LogRecord
 
-MAX_SEEN = 256  # evidence ids remembered per stream
 SCHEDULING_RULES = frozenset(("k8s-failed-scheduling", "k8s-failed-scheduling-gpu"))
 
 
@@ -64,25 +67,65 @@ def open_critical(st: StreamState) -> Incident | None:
     )
 
 
-def read(st: StreamState, kube: dict[str, Any], text: str, time: float | None) -> L.Line | None:
-    """The evidence line of one record for stream ``st`` (counted on it), or None: seen
+def read(seen: ev.Seen) -> Sequence[ev.Event]:
+    """The evidence line of one record (counted on its stream), or nothing to read: seen
     before, or a lifecycle record (its pod ended or was created: noted for
-    :mod:`service.classify.restarts`) with nothing to read."""
-    seen = st.kube_seen
-    evidence_id = kube.get("id")
-    if evidence_id:
-        if evidence_id in seen:
-            return None
-        seen.append(evidence_id)
-        del seen[:-MAX_SEEN]
-    if kube.get("life"):
-        st.pod_life.note(kube["life"], time)
-        if kube.get("life_only"):  # a controller's or the pod's lifecycle: nothing to read
-            return None
-    st.seq += 1
-    if time is not None and (st.last_time is None or time > st.last_time):
-        st.last_time = time
-    return L.parse_line(text, pasted=False)
+    :mod:`service.classify.restarts`) with nothing else in it."""
+    kube = seen.evidence or {}
+    evidence_id, life = kube.get("id"), kube.get("life")
+    if evidence_id and evidence_id in seen.st.kube_seen:
+        seen.done = True
+        return ()
+    if life and kube.get("life_only"):  # a controller's or the pod's lifecycle
+        seen.done = True
+        return [ev.Observed(evidence_id, life, seen.time, counts=False)]
+    seen.line = L.parse_line(seen.text, pasted=False)
+    return [ev.Observed(evidence_id, life, seen.time, counts=True)]
+
+
+class Match:
+    """The signatures an evidence line matches (the only rules that read it)."""
+
+    def __init__(self, rules: RuleBook) -> None:
+        self.rules = rules
+
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
+        assert seen.line is not None
+        seen.hits = self.rules.scan(seen.line.message)
+        return ()
+
+
+class CrashLoopBackOff:
+    """A crash-loop back-off on a stream with an open failure: the judges say whether it
+    confirms that failure's crash loop (:mod:`.judgements.crash_loops`)."""
+
+    def __init__(self, judges: Judges) -> None:
+        self.judges = judges
+
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
+        failing = open_critical(seen.st)
+        if failing is None or seen.line is None:
+            return ()
+        loop = self.judges.evidence(failing, [s.id for s, _ in seen.hits.signatures])
+        if loop is None:
+            return ()
+        seen.done = True
+        known = failing.crash_loop is not None
+        return [ev.BackOff(failing, seen.line.text, None if known else loop, seen.time)]
+
+
+class Find:
+    """What the signatures find on an evidence line (never the text model), else the line
+    is evidence of the open incident."""
+
+    def __init__(self, findings: Findings) -> None:
+        self.findings = findings
+
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
+        st, line, sigs = seen.st, seen.line, seen.hits.signatures
+        assert line is not None
+        found = self.findings.of_line(st, line, sigs, seen.time) if sigs else None
+        return [ev.Noted(line.text) if found is None else ev.Found(found, None)]
 
 
 def pod_started(
