@@ -53,6 +53,7 @@ class IncidentBook:
         self.explain = Explainer(rules, playbook)
         self.findings = findings
         self.restarts = restarts
+        self.replaced = restarts.replaced_priors  # the open failures a pod continues
         self.tracker = tracker
 
     def apply(self, st: StreamState, events: Iterable[ev.Event], changes: list[Change]) -> None:
@@ -73,13 +74,12 @@ class IncidentBook:
                         st.checks.api_pid = pid
                 case ev.Reached(stage, time):
                     if runs.advance(st, stage, time, changes):
-                        passed = self.restarts.replaced_priors(st)
-                        runs.resolve_passed(st, time, changes, passed, self.tracker.find)
+                        runs.resolve_passed(st, time, changes, self.replaced, self.tracker.find)
                 case ev.Ready(time):
                     st.status = READY
                     self.tracker.good_start(st)
-                    passed = self.restarts.replaced_priors(st)
-                    runs.resolve_passed(st, time, changes, passed, self.tracker.find, ready=True)
+                    find = self.tracker.find
+                    runs.resolve_passed(st, time, changes, self.replaced, find, ready=True)
                 case ev.Serving():
                     if st.status in (STARTING, READY):
                         st.status = SERVING
@@ -152,9 +152,18 @@ class IncidentBook:
             inc = st.current(severity)
         if inc is None:
             if severity == "critical":
+                # the workload restarted and failed again: the same way (the prior counts a
+                # restart), another way (a new incident linked to the prior), or not decided
+                # yet while only a cascade or an unknown error is known
                 priors = self.restarts.priors(st)
-                if priors:  # the workload restarted and failed again
-                    return self._restarted(st, f, priors, changes)
+                same = next((p for p in priors if p.category == f.category), None)
+                if same is not None:
+                    return self.restarts.fold(st, f, same, changes)
+                if priors:
+                    undecided = f.role != "cause" or f.category == "unknown"
+                    return self.open(
+                        st, f, severity, changes, previous=priors[0], pending=undecided
+                    )
             return self.open(st, f, severity, changes)
         inc.note(f.line)
         inc.updated_at = f.time
@@ -165,18 +174,6 @@ class IncidentBook:
         else:
             changes.append(Change("evidence", inc))
         return inc
-
-    def _restarted(
-        self, st: StreamState, f: Finding, priors: list[Incident], changes: list[Change]
-    ) -> Incident:
-        """The first failure of a restarted run: the same failure again (the prior incident
-        counts a restart), a different one (a new incident linked to the prior), or, while
-        only a cascade or an unknown error is known, not decided yet."""
-        same = next((p for p in priors if p.category == f.category), None)
-        if same is not None:
-            return self.restarts.fold(st, f, same, changes)
-        pending = f.role != "cause" or f.category == "unknown"
-        return self.open(st, f, "critical", changes, previous=priors[0], pending=pending)
 
     def open(
         self,

@@ -91,15 +91,15 @@ def resolve_passed(
     st: StreamState,
     time: float | None,
     changes: list[Change],
-    replaced: Iterable[Incident],
+    replaced: Callable[[StreamState], Iterable[Incident]],
     find: Callable[[str], StreamState | None],
     ready: bool = False,
 ) -> None:
-    """A later run (of this pod, or of the pod that replaced it: ``replaced``, the open
+    """A later run (of this pod, or of the pod that replaced it: ``replaced(st)``, the open
     failures it continues) that gets past the failing stage, or is ``ready``, resolves the
     incident (taken off its owner's stream, ``find(key)``)."""
     mine = [i for i in st.incidents if i.run < st.run and i.pending_restart is None]
-    for inc in mine + list(replaced):
+    for inc in mine + list(replaced(st)):
         if inc.status != "open" or inc.severity != "critical":
             continue
         failed_at = later_stage(inc.stage, inc.extra.get("reached")) or inc.stage
