@@ -13,16 +13,17 @@ when Kubernetes said so:
 
 StatefulSet and LeaderWorkerSet pods keep their name when replaced (the same stream, a new
 container), so they never need this. Without evidence, replicas stay apart: each failure is
-its own incident. The evidence is kept on the pods' streams (``extra.pod_life``), so it is
-saved and reloaded with them.
+its own incident. The evidence is kept on the pods' streams (``StreamState.pod_life``), so
+it is saved and reloaded with them.
 
 Above that evidence, :class:`Restarts` judges the first failure of a restarted run: the same
-failure again (the open incident counts one more restart and attempt, a crash loop at the
-configured count), a different one (a new incident linked to the one before), or, while only
-a cascade or an unknown error is known, not decided yet (``pending``: settled once the root
-cause is known or the attempt ends). The open failures of each workload on each node are
-indexed in its :class:`WorkloadState` (saved with the streams), so a replacement pod finds
-its predecessor's - after a restart of the service too.
+failure again (the open incident counts one more restart and attempt; whether that makes a
+crash loop is the registered judgement's word, :mod:`.judgements.crash_loops`), a different
+one (a new incident linked to the one before), or, while only a cascade or an unknown error
+is known, not decided yet (``StreamState.pending``: settled once the root cause is known or
+the attempt ends). The open failures of each workload on each node are indexed in its
+:class:`WorkloadState` (saved with the streams), so a replacement pod finds its
+predecessor's - after a restart of the service too.
 """
 
 from __future__ import annotations
