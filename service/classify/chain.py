@@ -101,15 +101,18 @@ class Tracebacks:
 
 
 class Match:
-    """One rule scan of the message: stages, status markers, facts, signatures."""
+    """One rule scan of the message: stages, status markers, facts, signatures; the line is
+    the stream's latest (``last_line``; not a Kubernetes evidence line, whose signatures are
+    all that is read of it)."""
 
-    def __init__(self, rules: RuleBook) -> None:
+    def __init__(self, rules: RuleBook, last_line: bool = True) -> None:
         self.rules = rules
+        self.last_line = last_line
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         assert seen.line is not None
         seen.hits = self.rules.scan(seen.line.message)
-        return [ev.LastLine(seen.line.text)]
+        return [ev.LastLine(seen.line.text)] if self.last_line else ()
 
 
 class RunStart:

@@ -86,7 +86,7 @@ class Classifier:
         self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))
         self.evidence_chain: Stages = (
             kube.read,
-            kube.Match(rules),
+            chain.Match(rules, last_line=False),
             kube.CrashLoopBackOff(self.judges),
             kube.Find(self.findings),
         )

@@ -18,7 +18,7 @@ as a finding of the stream's current run; anything else is evidence of the open 
   the pod's own stream (``namespace/pod``): the pod was scheduled after all.
 
 The engine routes a record (:func:`route`) and runs its chain of stages - :func:`read`,
-:class:`Match`, :class:`CrashLoopBackOff`, :class:`Find` - whose events the incident book
+:class:`~.chain.Match` (signatures only), :class:`CrashLoopBackOff`, :class:`Find` - whose events the incident book
 applies as a log line's; :func:`pod_started` when a pod's container appears.
 """
 
@@ -29,7 +29,6 @@ from collections.abc import Mapping, Sequence
 from service.classify import events as ev
 from service.classify.findings import Findings
 from service.classify.judgements.registry import Judges
-from service.classify.rulebook import RuleBook
 from service.classify.stream_state import StreamState
 from service.incidents.incident import Change, Incident
 from service.parse import line as L
@@ -81,18 +80,6 @@ def read(seen: ev.Seen) -> Sequence[ev.Event]:
         return [ev.Observed(evidence_id, life, seen.time, counts=False)]
     seen.line = L.parse_line(seen.text, pasted=False)
     return [ev.Observed(evidence_id, life, seen.time, counts=True)]
-
-
-class Match:
-    """The signatures an evidence line matches (the only rules that read it)."""
-
-    def __init__(self, rules: RuleBook) -> None:
-        self.rules = rules
-
-    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
-        assert seen.line is not None
-        seen.hits = self.rules.scan(seen.line.message)
-        return ()
 
 
 class CrashLoopBackOff:
