@@ -29,6 +29,7 @@ from service.api.connections import (
     guarded_protocol,
 )
 from service.classify.engine import Classifier
+from service.classify.judgements import fleet
 from service.classify.loader import load_text_model
 from service.classify.novelty import NoveltyDetector
 from service.classify.rulebook import RuleBook
@@ -146,7 +147,7 @@ def build(settings: Settings) -> Service:
         settings.notify,
         instance_id=instance_id,
         fleet=settings.fleet,
-        fleet_prone=frozenset(rulebook.judgements.fleet.prone_categories),
+        fleet_prone=fleet.prone(rulebook.judgements.get(fleet.KIND)),  # the registered kind
     )
     pipeline = Pipeline(  # the sink every source hands its records to
         store,

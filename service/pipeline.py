@@ -35,16 +35,8 @@ from service.incidents.incident_json import IncidentBody, IncidentSummary
 from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot, Versioned
 from service.incidents.workload import WorkloadSnapshot
 from service.records import LogRecord, Position
-from service.store import (
-    BatchEffects,
-    DuplicateChunk,
-    IncidentWrite,
-    PositionAdvance,
-    QuarantineRecord,
-    StaleBatch,
-    Store,
-    collapse_kinds,
-)
+from service.store import Store
+from service.store import effects as fx
 
 log = logging.getLogger("vllm_sentinel.pipeline")
 STALE_RETRIES = 3
@@ -225,7 +217,7 @@ class Pipeline:
             for attempt in range(STALE_RETRIES + 1):
                 try:
                     return self._batch(records, source, chunk_id)
-                except StaleBatch as exc:
+                except fx.StaleBatch as exc:
                     self.counters["stale"] += 1
                     if attempt == STALE_RETRIES:
                         raise
@@ -249,7 +241,7 @@ class Pipeline:
             fresh.append(rec)
         touched: dict[str, None] = {}
         changed: dict[str, tuple[Incident, list[str]]] = {}
-        quarantined: list[QuarantineRecord] = []
+        quarantined: list[fx.QuarantineRecord] = []
         for rec in fresh:
             try:
                 found = self.classifier.feed(rec)  # (a pod-only Kubernetes record is re-keyed)
@@ -268,7 +260,7 @@ class Pipeline:
         self.counters["records"] += len(fresh)
         return True
 
-    def _quarantine(self, rec: LogRecord, source: str, exc: Exception) -> QuarantineRecord:
+    def _quarantine(self, rec: LogRecord, source: str, exc: Exception) -> fx.QuarantineRecord:
         """The row that keeps a record whose classification raised (committed with the batch,
         so its position advances and it is never re-read)."""
         metrics.QUARANTINED.labels(source=source).inc()
@@ -307,14 +299,14 @@ class Pipeline:
         advance: dict[str, int],
         source: str,
         chunk_id: str | None,
-    ) -> tuple[BatchEffects, Saves]:
+    ) -> tuple[fx.BatchEffects, Saves]:
         """What the batch writes, and the tracker's saves it holds."""
         saves = self.tracker.snapshots(touched)
-        eff = BatchEffects(
+        eff = fx.BatchEffects(
             streams={k: bounded_state(v) for k, v in saves.streams.items()},
             incidents=[self._write(inc, kinds) for inc, kinds in changed.values()],
             positions=[
-                PositionAdvance(Position(source, part, off), self._applied[(source, part)])
+                fx.PositionAdvance(Position(source, part, off), self._applied[(source, part)])
                 for part, off in advance.items()
             ],
             chunk_id=chunk_id,
@@ -328,7 +320,7 @@ class Pipeline:
 
     def _commit(
         self,
-        eff: BatchEffects,
+        eff: fx.BatchEffects,
         saves: Saves,
         touched: dict[str, None],
         advance: dict[str, int],
@@ -338,7 +330,7 @@ class Pipeline:
         started = time.perf_counter()
         try:
             self.store.commit_batch(eff)
-        except DuplicateChunk:
+        except fx.DuplicateChunk:
             self.counters["duplicate_chunks"] += 1
             self._rollback(touched, advance, source)
             return False
@@ -370,11 +362,11 @@ class Pipeline:
             for key in ch.also:  # e.g. the pod an incident followed its workload from
                 touched[key] = None
 
-    def _write(self, inc: Incident, kinds: list[str]) -> IncidentWrite:
+    def _write(self, inc: Incident, kinds: list[str]) -> fx.IncidentWrite:
         body = bounded_body(inc.to_dict())
-        notifiable = collapse_kinds(kinds)
+        notifiable = fx.collapse_kinds(kinds)
         notify = self.router is None or any(self.router.wants(body, k) for k in notifiable)
-        return IncidentWrite(
+        return fx.IncidentWrite(
             body=body, summary=bounded_summary(inc.summary()), kinds=notifiable, notify=notify
         )
 

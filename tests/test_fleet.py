@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from service.classify.engine import Classifier
+from service.classify.judgements.registry import load_judgements
 from service.classify.rulebook import RuleBook
-from service.classify.rules import load_judgements
 from service.incidents.fleet import find_fleet, fleet_id, fleet_incident, fleet_keys
 from service.records import LogRecord
 

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from service.api.app import create_app
-from service.classify.rules import load_judgements
+from service.classify.judgements.registry import load_judgements
 from service.config import FleetSettings, NotifySettings, ReceiverSettings, Settings
 from service.context import ServiceContext
 from service.notify.dispatcher import Dispatcher

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from service.incidents.finding import Finding
-from service.incidents.incident import Incident
+from service.incidents.incident import CrashLoop, Incident
 from service.incidents.incident_json import FindingBody, IncidentBody, IncidentSummary
 from service.incidents.workload import WorkloadSnapshot, WorkloadState
 
@@ -38,8 +38,9 @@ def _incident() -> Incident:
         evidence=["a", "b"],
         meta={"namespace": "ns", "labels": {"app": "x"}},
         opened_at=1700000000.0,
-        extra={"crash_loop": True, "reached": "model_load", "later_key": [1]},  # type: ignore[typeddict-unknown-key]
+        extra={"reached": "model_load", "later_key": [1]},  # type: ignore[typeddict-unknown-key]
     )
+    inc.mark_crash_loop(CrashLoop(restart_helps=False, note="failed 3 times", attempts=3))
     inc.add(_finding(1, role="cascade", rule="other"))
     return inc
 
@@ -66,12 +67,22 @@ def test_open_json_is_kept_as_stored() -> None:
     """Judgements keep their key order and the keys a newer version wrote; numbers are not
     converted (a line number in the timeline stays an int)."""
     back = Incident.from_dict(json.loads(json.dumps(_incident().to_dict())))
-    assert list(back.extra) == ["crash_loop", "reached", "later_key"]
+    assert list(back.extra) == [
+        "reached",
+        "later_key",
+        "crash_loop",
+        "crash_loop_at",
+        "restart_helps",
+        "note",
+    ]
     assert back.timeline["start"] == 3 and isinstance(back.timeline["start"], int)
     assert back.to_dict()["extra"] == {
-        "crash_loop": True,
         "reached": "model_load",
         "later_key": [1],
+        "crash_loop": True,
+        "crash_loop_at": 3,
+        "restart_helps": False,
+        "note": "failed 3 times",
     }
 
 
@@ -114,8 +125,8 @@ def test_summary_flattens_the_root_cause() -> None:
         }
     ]
     s["evidence"].append("c")
-    s["extra"]["note"] = "x"
-    assert inc.evidence == ["a", "b"] and "note" not in inc.extra
+    s["extra"]["reached"] = "x"
+    assert inc.evidence == ["a", "b"] and inc.extra["reached"] == "model_load"
 
 
 def test_workload_state_round_trip() -> None:

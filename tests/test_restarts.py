@@ -18,6 +18,7 @@ import pytest
 
 from service.classify.engine import Classifier
 from service.classify.rulebook import RuleBook
+from service.classify.run_state import Moment, PodLife
 from service.classify.stream_state import StreamState
 from service.incidents.incident import Change
 from service.ingest.kube import kube_records
@@ -173,9 +174,9 @@ def test_a_restart_is_not_announced_before_its_root_cause_is_known() -> None:
     early = attempt(clf, KV[: cut + 1], "s", {}, span(KV))
     assert notified(early) == []
     st = clf.state("s")
-    assert st.extra.get("pending")  # judged when the root cause arrives
+    assert st.pending is not None  # judged when the root cause arrives
     rest = attempt(clf, KV[cut + 1 :], "s", {}, span(KV))
-    assert notified(rest) == [] and not st.extra.get("pending")
+    assert notified(rest) == [] and st.pending is None
     assert [i.restarts for i in st.incidents] == [1]
 
 
@@ -447,4 +448,5 @@ def test_pod_lifecycle_evidence_is_saved_with_the_stream() -> None:
     clf, _, _ = two_replicas(30.0, EVIDENCE["killing"])
     snap = clf.state(f"llm/{REPLICAS[0]}/vllm").to_dict()
     reloaded = StreamState.from_dict(json.loads(json.dumps(snap)))
-    assert reloaded.extra["pod_life"] == {"ended": float(int(AFTER_A))}
+    assert reloaded.pod_life == PodLife(ended=Moment(float(int(AFTER_A))))
+    assert snap["extra"]["pod_life"] == {"ended": float(int(AFTER_A))}  # as older versions saved

@@ -11,8 +11,9 @@ import yaml
 
 from service.app import rulebook_for
 from service.classify.engine import Classifier
+from service.classify.judgements.registry import load_judgements
 from service.classify.rulebook import RuleBook
-from service.classify.rules import RULES_DIR, load_judgements, merge_judgements
+from service.classify.rules import RULES_DIR, merge_judgements
 from service.classify.ruletest import RuleLoadError, load_rule_set
 from service.config import Settings
 from service.ingest.timestamps import line_time
@@ -111,8 +112,8 @@ def test_a_team_stall_category_and_crash_loop_count(tmp_path: Path) -> None:
         [LogRecord("s", t) for t in STALL], Classifier(rb), now=STALL_END + 3600
     )
     assert rep["incidents"][0]["category"] == "nccl_error"
-    assert Classifier(rb).restarts.crash_loop_attempts == 5
-    assert Classifier(rb, crash_loop_attempts=2).restarts.crash_loop_attempts == 2
+    assert Classifier(rb).judgements.restarts.crash_loop_attempts == 5
+    assert Classifier(rb, crash_loop_attempts=2).judgements.restarts.crash_loop_attempts == 2
 
 
 def test_a_team_model_that_needs_prefix_caching_is_warned_about(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from service.classify.engine import Classifier
 from service.classify.judgements import serving
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook
+from service.classify.run_state import ServingStats
 from service.offline.report import classify_records
 from service.records import LogRecord
 from tests.test_engine import HEALTHY_V1
@@ -142,7 +143,7 @@ def test_prefix_caching_disabled_by_vllm_has_its_own_advice() -> None:
 
 
 def test_stats_lines_of_the_cpu_build_and_newer_fields_are_read() -> None:
-    state: dict = {}
+    state = ServingStats()
     line = (
         "Engine 000: Avg prompt throughput: 12.0 tokens/s, Avg generation throughput: "
         "40.0 tokens/s, Running: 2 reqs, Waiting: 7 reqs, Deferred: 1 reqs, KV fetch: 0 "

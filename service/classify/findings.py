@@ -132,21 +132,18 @@ class Findings:
                 and error_like(line, self.rules.benign_exceptions)
             ):
                 self._check_disagreement(line, category)
-            return Finding(
-                tier=tier_of(category),
-                category=category,
-                stage=stage,
-                confidence=sig.confidence,
-                method="signature",
+            return self._made(
+                st,
+                line,
+                time,
+                category,
+                (stage, source),
+                sig.confidence,
+                "signature",
+                sig.priority,
                 rule=sig.id,
-                line=line.text,
                 role=sig.role,
-                priority=sig.priority,
-                seq=st.seq,
-                time=time,
-                process=line.process,
-                remediation=sig.remediation or self.first_move(category),
-                stage_source=source,
+                remediation=sig.remediation,
             )
         strength = error_like(line, self.rules.benign_exceptions)
         if strength is None or st.shutting_down:
@@ -160,24 +157,19 @@ class Findings:
             template = getattr(pred, "template", None) or template
             cat = pred.category
             if cat not in ("healthy", "unknown"):
-                stage, source = self.stage_for(st, cat, None, None, hint, line)
-                return Finding(
-                    tier=tier_of(cat),
-                    category=cat,
-                    stage=stage,
-                    confidence=float(pred.probability),
-                    method="model",
-                    rule=None,
-                    line=line.text,
-                    role="symptom",
-                    priority=MODEL_PRIORITY,
-                    seq=st.seq,
-                    time=time,
-                    process=line.process,
-                    remediation=self.first_move(cat),
-                    template=template,
-                    novel=novel,
-                    stage_source=source,
+                placed = self.stage_for(st, cat, None, None, hint, line)
+                confidence = float(pred.probability)
+                return self._made(
+                    st,
+                    line,
+                    time,
+                    cat,
+                    placed,
+                    confidence,
+                    "model",
+                    MODEL_PRIORITY,
+                    template,
+                    novel,
                 )
             if cat == "healthy":
                 return None
@@ -185,21 +177,45 @@ class Findings:
                 return None
         elif strength != "exception":
             return None
-        stage, source = self.stage_for(st, "unknown", None, None, hint, line)
+        placed = self.stage_for(st, "unknown", None, None, hint, line)
+        return self._made(
+            st, line, time, "unknown", placed, 0.3, "heuristic", UNKNOWN_PRIORITY, template, novel
+        )
+
+    def _made(
+        self,
+        st: StreamState,
+        line: L.Line,
+        time: float | None,
+        category: str,
+        placed: tuple[str, str],
+        confidence: float,
+        method: str,
+        priority: int,
+        template: str | None = None,
+        novel: bool = False,
+        *,
+        rule: str | None = None,
+        role: str = "symptom",
+        remediation: str = "",
+    ) -> Finding:
+        """The finding of ``line`` of ``st``: ``placed`` is its (stage, how it was
+        decided); without a remediation of its own, the category's first move."""
+        stage, source = placed
         return Finding(
-            tier="other",
-            category="unknown",
+            tier=tier_of(category),
+            category=category,
             stage=stage,
-            confidence=0.3,
-            method="heuristic",
-            rule=None,
+            confidence=confidence,
+            method=method,
+            rule=rule,
             line=line.text,
-            role="symptom",
-            priority=UNKNOWN_PRIORITY,
+            role=role,
+            priority=priority,
             seq=st.seq,
             time=time,
             process=line.process,
-            remediation=self.first_move("unknown"),
+            remediation=remediation or self.first_move(category),
             template=template,
             novel=novel,
             stage_source=source,

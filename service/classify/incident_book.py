@@ -1,43 +1,137 @@
-"""The incidents of a stream's runs: a finding is attached to the run's open incident (a
-stronger root cause takes over, the rest are its cascades and evidence) or opens one, the
-first failure of a restarted run goes to :class:`Restarts`, and every incident carries what
-an engineer asks first: the stream's facts and timeline, the compatibility explanation,
-the playbook entry, a warning's own advice, the facts changed since the last good start.
+"""The one place the stages' events are applied (:meth:`IncidentBook.apply`): the stream's
+run moves on (:mod:`.runs`), findings and judgements attach to incidents, a restart's
+failure is judged (:mod:`.restarts`), and every change is appended as a :class:`Change`.
 
+A finding is attached to the run's open incident of its severity (a stronger root cause
+takes over, the rest are its cascades and evidence) or opens one; the first failure of a
+restarted run goes to :class:`Restarts`; every incident carries what :mod:`.explain` adds.
 Warnings (role ``warning``) are incidents of their own that never page, one per rule and
 run; everything else is the run's one ``critical`` incident.
 """
 
 from __future__ import annotations
 
-from service.classify.facts import explain_compatibility
-from service.classify.judgements import serving
-from service.classify.judgements.playbook import (
-    first_move,
-    playbook_for,
-    warning_advice,
-)
+from collections.abc import Iterable
+
+from service.classify import events as ev
+from service.classify import runs
+from service.classify.explain import COMPAT_TIER, Explainer
+from service.classify.findings import Findings
 from service.classify.restarts import Restarts, link, link_of
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules
-from service.classify.stream_state import FAILED, StreamState
+from service.classify.run_state import Pending
+from service.classify.stream_state import (
+    FAILED,
+    READY,
+    SERVING,
+    STARTING,
+    STOPPED,
+    StreamState,
+    merge_meta,
+)
+from service.classify.tracker import StreamTracker
 from service.incidents.finding import Finding
-from service.incidents.incident import Change, Incident
-from service.incidents.workload import diff_facts
-from service.parse import line as L
-from service.taxonomy import tier_of
+from service.incidents.incident import Change, Incident, PendingRestart
 
-COMPAT_TIER = "compatibility"
 MAX_NOTED = 60  # lines of evidence noted after the first error
+MAX_SEEN = 256  # Kubernetes evidence ids remembered per stream
 
 
 class IncidentBook:
-    """Opens, grows and explains incidents on the streams' states."""
+    """Applies events to the streams' states and incidents."""
 
-    def __init__(self, rules: RuleBook, playbook: PlaybookRules, restarts: Restarts) -> None:
-        self.rules = rules
-        self.playbook = playbook
+    def __init__(
+        self,
+        rules: RuleBook,
+        playbook: PlaybookRules,
+        findings: Findings,
+        restarts: Restarts,
+        tracker: StreamTracker,
+    ) -> None:
+        self.cuda = rules.cuda
+        self.explain = Explainer(rules, playbook)
+        self.findings = findings
         self.restarts = restarts
+        self.replaced = restarts.replaced_priors  # the open failures a pod continues
+        self.tracker = tracker
+
+    def apply(self, st: StreamState, events: Iterable[ev.Event], changes: list[Change]) -> None:
+        """Apply ``events`` of stream ``st`` in order; what they changed goes to ``changes``."""
+        for event in events:
+            match event:
+                case ev.Counted(time, opens):
+                    st.seq += 1
+                    if time is not None:
+                        st.last_time = time
+                        if opens and st.first_time is None:
+                            st.first_time = time
+                case ev.NewRun(time):
+                    runs.new_run(st, time)
+                    merge_meta(st, st.meta, self.cuda)
+                case ev.ApiServer(pid):
+                    if st.checks.api_pid is None:
+                        st.checks.api_pid = pid
+                case ev.Reached(stage, time):
+                    if runs.advance(st, stage, time, changes):
+                        runs.resolve_passed(st, time, changes, self.replaced, self.tracker.find)
+                case ev.Ready(time):
+                    st.status = READY
+                    self.tracker.good_start(st)
+                    find = self.tracker.find
+                    runs.resolve_passed(st, time, changes, self.replaced, find, ready=True)
+                case ev.Serving():
+                    if st.status in (STARTING, READY):
+                        st.status = SERVING
+                case ev.ShuttingDown(stopped):
+                    st.shutting_down = True
+                    if stopped:
+                        st.status = STOPPED if st.status != FAILED else FAILED
+                case ev.Facts(found):
+                    for name, value in found:
+                        st.facts.setdefault(name, value)
+                case ev.LastLine(text):
+                    st.last_line = text
+                case ev.FrameHint(process, stage):
+                    if stage is None:
+                        st.frame_hint.pop(process, None)
+                    else:
+                        st.frame_hint[process] = stage
+                case ev.Refined(finding, incident, stage):
+                    changes += self.findings.refine(finding, incident, stage)
+                case ev.Judged(judgement, time):
+                    self.attach(st, self.findings.judged(st, judgement, time), changes)
+                    inc = st.current() if judgement.stall else None
+                    if inc is not None:
+                        inc.extra["stall"] = True
+                case ev.Found(finding, process):
+                    inc = self.attach(st, finding, changes)
+                    if process is not None:  # later frames of the process may refine it
+                        self.tracker.tracks.watch((st.key, process), finding, inc)
+                case ev.Noted(text):
+                    self.note(st, text)
+                case ev.Settle(final):
+                    folded = self.restarts.settle(st, changes, final)
+                    if folded is not None:  # frames refined later update the one it joined
+                        self.tracker.tracks.repoint(*folded)
+                case ev.Observed(evidence_id, life, time, counts):
+                    if evidence_id:
+                        st.kube_seen.append(evidence_id)
+                        del st.kube_seen[:-MAX_SEEN]
+                    if life:
+                        st.pod_life.note(life, time)
+                    if counts:
+                        st.seq += 1
+                        if time is not None and (st.last_time is None or time > st.last_time):
+                            st.last_time = time
+                case ev.BackOff(inc, text, loop, time):
+                    inc.note(text)
+                    if loop is None:  # (a crash loop already known is left as it is)
+                        changes.append(Change("evidence", inc))
+                    else:
+                        inc.mark_crash_loop(loop)
+                        inc.updated_at = time
+                        changes.append(Change("updated", inc))
 
     def attach(self, st: StreamState, f: Finding, changes: list[Change]) -> Incident | None:
         """Attach ``f`` to the run's open incident of its severity, or open one."""
@@ -58,32 +152,28 @@ class IncidentBook:
             inc = st.current(severity)
         if inc is None:
             if severity == "critical":
+                # the workload restarted and failed again: the same way (the prior counts a
+                # restart), another way (a new incident linked to the prior), or not decided
+                # yet while only a cascade or an unknown error is known
                 priors = self.restarts.priors(st)
-                if priors:  # the workload restarted and failed again
-                    return self._restarted(st, f, priors, changes)
+                same = next((p for p in priors if p.category == f.category), None)
+                if same is not None:
+                    return self.restarts.fold(st, f, same, changes)
+                if priors:
+                    undecided = f.role != "cause" or f.category == "unknown"
+                    return self.open(
+                        st, f, severity, changes, previous=priors[0], pending=undecided
+                    )
             return self.open(st, f, severity, changes)
         inc.note(f.line)
         inc.updated_at = f.time
-        self._implied_stage(inc, f, changes)
+        self.explain.implied_stage(inc, f, changes)
         if inc.add(f):
-            self.refresh(st, inc)
+            self.explain.refresh(st, inc)
             changes.append(Change("updated", inc))
         else:
             changes.append(Change("evidence", inc))
         return inc
-
-    def _restarted(
-        self, st: StreamState, f: Finding, priors: list[Incident], changes: list[Change]
-    ) -> Incident:
-        """The first failure of a restarted run: the same failure again (the prior incident
-        counts a restart), a different one (a new incident linked to the prior), or, while
-        only a cascade or an unknown error is known, not decided yet."""
-        same = next((p for p in priors if p.category == f.category), None)
-        if same is not None:
-            return self.restarts.fold(st, f, same, changes)
-        if f.role == "cause" and f.category != "unknown":
-            return self.open(st, f, "critical", changes, previous=priors[0])
-        return self.open(st, f, "critical", changes, previous=priors[0], pending=True)
 
     def open(
         self,
@@ -112,86 +202,35 @@ class IncidentBook:
         inc.note(f.line)
         if st.stage:
             inc.extra["reached"] = st.stage  # where the failing run had got to
-        self.refresh(st, inc)
+        self.explain.refresh(st, inc)
         st.incidents.append(inc)
         if severity != "critical":
             changes.append(Change("opened", inc))
             return inc
         st.status = FAILED
         st.runs_failed += 1
-        last = st.extra.get("last_failure")
-        if previous is not None:
-            inc.extra["after_restart_of"] = link(previous)
-        elif last and last.get("run", st.run) < st.run:
-            inc.extra["after_restart_of"] = link_of(last)
+        last = st.last_failure
+        after = (
+            link(previous)
+            if previous is not None
+            else link_of(last)
+            if last and last.get("run", st.run) < st.run
+            else None
+        )
+        if after is not None:
+            inc.extra["after_restart_of"] = after
         if pending:
-            inc.extra["pending_restart_of"] = previous.id if previous else None
-            st.extra["pending"] = {
-                "incident": inc.id,
-                "since": f.time if f.time is not None else st.last_time,
-            }
+            inc.pending_restart = PendingRestart(previous.id if previous else None)
+            st.pending = Pending(inc.id, f.time if f.time is not None else st.last_time)
             return inc
         self.restarts.announce(st, inc, changes)
         return inc
 
-    def _implied_stage(self, inc: Incident, f: Finding, changes: list[Change]) -> None:
-        """A cascade that shows where things were (e.g. the API server's output handler
-        failed: the engine was serving) places a root cause whose stage was only a guess."""
-        sig = self.rules.signature(f.rule) if f.rule else None
-        p = inc.primary
-        if sig is None or not sig.implies_stage or p.stage_source != "default":
-            return
-        p.stage, p.stage_source = sig.implies_stage, "implied"
-        psig = self.rules.signature(p.rule) if p.rule else None
-        category = psig.category_by_stage.get(p.stage, psig.category) if psig else p.category
-        if category != p.category:
-            p.category, p.tier = category, tier_of(category)
-            p.remediation = (
-                psig.remediation
-                if psig and psig.remediation
-                else first_move(category, self.playbook)
-            )
-            changes.append(Change("updated", inc))
-
-    def refresh(self, st: StreamState, inc: Incident) -> None:
-        """The stream's facts and timeline, and what follows from them, on ``inc``."""
-        inc.facts = dict(st.facts)
-        inc.timeline = dict(st.timeline)
-        inc.explanation = (
-            explain_compatibility(st.facts, self.rules.cuda) if inc.tier == COMPAT_TIER else None
-        )
-        if inc.severity == "warning":
-            self._warning_advice(inc)
-            inc.extra["playbook"] = playbook_for(
-                inc.category, self.playbook, st.facts, rule=inc.primary.rule
-            )
-        else:
-            inc.extra["playbook"] = playbook_for(inc.category, self.playbook, st.facts)
-        changed = diff_facts(st.last_good_facts, st.facts)
-        if changed:
-            inc.extra["changed_since_last_good"] = changed
-        else:
-            inc.extra.pop("changed_since_last_good", None)
-
-    def _warning_advice(self, inc: Incident) -> None:
-        """A warning explains itself (its own entry in the playbook's ``warnings``, else its
-        signature's description and remediation) and says what triggered it."""
-        p = inc.primary
-        own = warning_advice(p.rule, self.playbook)
-        sig = self.rules.signature(p.rule) if p.rule else None
-        if own and own["first_move"]:
-            p.remediation = own["first_move"]
-        inc.explanation = (own["explanation"] if own else None) or (
-            " ".join(sig.description.split()) if sig and sig.description else None
-        )
-        if not p.detail:
-            p.detail = serving.line_detail(p.rule, L.clean(p.line))
-
-    def note(self, st: StreamState, line: L.Line) -> None:
+    def note(self, st: StreamState, text: str) -> None:
         """Lines after the first error are the incident's evidence."""
         inc = st.current()
         if inc is not None and len(inc.evidence) < MAX_NOTED:
-            inc.note(line.text)
+            inc.note(text)
             # facts may arrive after the failure (e.g. nvidia-smi printed by a wrapper)
             if inc.tier == COMPAT_TIER and st.facts != inc.facts:
-                self.refresh(st, inc)
+                self.explain.refresh(st, inc)

@@ -11,31 +11,30 @@ as a finding of the stream's current run; anything else is evidence of the open 
   admission failure) goes to the pod's stream the classifier knows (the one with an open
   incident, else the latest), else to ``namespace/pod``.
 * A crash-loop back-off on a stream with an open incident confirms that incident's crash
-  loop (``extra.crash_loop``, ``crash_loop_source: kubernetes``) rather than opening
-  another; without one it opens a low-priority ``unknown`` symptom a root cause replaces.
+  loop (the registered crash-loop judgement, :mod:`.judgements.crash_loops`) rather than
+  opening another; without one it opens a low-priority ``unknown`` symptom a root cause
+  replaces.
 * The first line of one of the pod's containers resolves an open scheduling incident of
   the pod's own stream (``namespace/pod``): the pod was scheduled after all.
 
-The engine drives these steps (:func:`route`, :func:`read`, :func:`crash_loop_backoff`,
-:func:`pod_started`) and attaches what the signatures find as it does for a log line.
+The engine routes a record (:func:`route`) and runs its chain of stages - :func:`read`,
+:class:`~.chain.Match` (signatures only), :class:`CrashLoopBackOff`, :class:`Find` - whose events the incident book
+applies as a log line's; :func:`pod_started` when a pod's container appears.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
 
-from service.classify import restarts
-from service.classify.judgements.playbook import restart_advice
-from service.classify.rules import PlaybookRules, Signature
+from service.classify import events as ev
+from service.classify.findings import Findings
+from service.classify.judgements.registry import Judges
 from service.classify.stream_state import StreamState
 from service.incidents.incident import Change, Incident
 from service.parse import line as L
 from service.records import LogRecord
 
-MAX_SEEN = 256  # evidence ids remembered per stream
 SCHEDULING_RULES = frozenset(("k8s-failed-scheduling", "k8s-failed-scheduling-gpu"))
-CRASH_LOOP_RULE = "k8s-crash-loop-backoff"
 
 
 def route(rec: LogRecord, streams: Mapping[str, StreamState]) -> None:
@@ -57,62 +56,63 @@ def route(rec: LogRecord, streams: Mapping[str, StreamState]) -> None:
 
 
 def _rank(st: StreamState) -> tuple[bool, float, int]:
-    return (_open_critical(st) is not None, st.last_time or 0.0, st.seq)
+    return (open_critical(st) is not None, st.last_time or 0.0, st.seq)
 
 
-def _open_critical(st: StreamState) -> Incident | None:
+def open_critical(st: StreamState) -> Incident | None:
+    """The stream's latest open failure, if any."""
     return next(
         (i for i in reversed(st.incidents) if i.status == "open" and i.severity == "critical"), None
     )
 
 
-def read(st: StreamState, kube: dict[str, Any], text: str, time: float | None) -> L.Line | None:
-    """The evidence line of one record for stream ``st`` (counted on it), or None: seen
+def read(seen: ev.Seen) -> Sequence[ev.Event]:
+    """The evidence line of one record (counted on its stream), or nothing to read: seen
     before, or a lifecycle record (its pod ended or was created: noted for
-    :mod:`service.classify.restarts`) with nothing to read."""
-    seen: list[str] = st.extra.setdefault("kube_seen", [])
-    evidence_id = kube.get("id")
-    if evidence_id:
-        if evidence_id in seen:
-            return None
-        seen.append(evidence_id)
-        del seen[:-MAX_SEEN]
-    if kube.get("life"):
-        restarts.note_life(st, kube["life"], time)
-        if kube.get("life_only"):  # a controller's or the pod's lifecycle: nothing to read
-            return None
-    st.seq += 1
-    if time is not None and (st.last_time is None or time > st.last_time):
-        st.last_time = time
-    return L.parse_line(text, pasted=False)
+    :mod:`service.classify.restarts`) with nothing else in it."""
+    kube = seen.evidence or {}
+    evidence_id, life = kube.get("id"), kube.get("life")
+    if evidence_id and evidence_id in seen.st.kube_seen:
+        seen.done = True
+        return ()
+    if life and kube.get("life_only"):  # a controller's or the pod's lifecycle
+        seen.done = True
+        return [ev.Observed(evidence_id, life, seen.time, counts=False)]
+    seen.line = L.parse_line(seen.text, pasted=False)
+    return [ev.Observed(evidence_id, life, seen.time, counts=True)]
 
 
-def crash_loop_backoff(
-    st: StreamState,
-    line: L.Line,
-    sigs: list[tuple[Signature, Any]],
-    playbook: PlaybookRules,
-    time: float | None,
-) -> list[Change] | None:
-    """A crash-loop back-off alone on a stream with an open failure confirms that failure's
-    crash loop (the changes); None when the line is to be classified as any other."""
-    inc = _open_critical(st)
-    if inc is None or len(sigs) != 1 or sigs[0][0].id != CRASH_LOOP_RULE:
-        return None
-    inc.note(line.text)
-    if inc.extra.get("crash_loop"):  # (one the engine saw itself is left as it is)
-        return [Change("evidence", inc)]
-    helps, why = restart_advice(inc.category, playbook)
-    inc.extra["crash_loop"] = True
-    inc.extra["crash_loop_source"] = "kubernetes"
-    inc.extra["restart_helps"] = helps
-    inc.extra["note"] = (
-        "crash loop: Kubernetes backs off restarting the container; "
-        + ("restarting will not help: " if not helps else "restarting has not helped: ")
-        + why
-    )
-    inc.updated_at = time
-    return [Change("updated", inc)]
+class CrashLoopBackOff:
+    """A crash-loop back-off on a stream with an open failure: the judges say whether it
+    confirms that failure's crash loop (:mod:`.judgements.crash_loops`)."""
+
+    def __init__(self, judges: Judges) -> None:
+        self.judges = judges
+
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
+        failing = open_critical(seen.st)
+        if failing is None or seen.line is None:
+            return ()
+        loop = self.judges.evidence(failing, [s.id for s, _ in seen.hits.signatures])
+        if loop is None:
+            return ()
+        seen.done = True
+        known = failing.crash_loop is not None
+        return [ev.BackOff(failing, seen.line.text, None if known else loop, seen.time)]
+
+
+class Find:
+    """What the signatures find on an evidence line (never the text model), else the line
+    is evidence of the open incident."""
+
+    def __init__(self, findings: Findings) -> None:
+        self.findings = findings
+
+    def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
+        st, line, sigs = seen.st, seen.line, seen.hits.signatures
+        assert line is not None
+        found = self.findings.of_line(st, line, sigs, seen.time) if sigs else None
+        return [ev.Noted(line.text) if found is None else ev.Found(found, None)]
 
 
 def pod_started(
@@ -124,7 +124,7 @@ def pod_started(
     placeholder = streams.get(f"{ns}/{pod}") if ns and pod else None
     if placeholder is None or placeholder is st:
         return []
-    restarts.inherit_life(st, placeholder)
+    st.pod_life.inherit(placeholder.pod_life)
     changes: list[Change] = []
     for inc in list(placeholder.incidents):
         if inc.status == "open" and inc.primary.rule in SCHEDULING_RULES:

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from service import metrics
+from service.classify.rules import Examples
 
 REDACTION_FILE = "redaction.yaml"
 LINE_CAP = 8192  # characters of a line kept past the door (the parser's and the store's cap)
@@ -43,12 +44,6 @@ class SecretExample(BaseModel):
         return self
 
 
-class RedactionExamples(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    match: list[SecretExample] = Field(min_length=1)
-    no_match: list[str] = Field(min_length=1)
-
-
 class RedactionPattern(BaseModel):
     """One secret shape (see ``rules/redaction.yaml`` for the fields)."""
 
@@ -59,7 +54,7 @@ class RedactionPattern(BaseModel):
     replace: str = "<REDACTED>"
     block_end: str | None = None
     description: str = ""
-    examples: RedactionExamples
+    examples: Examples[SecretExample]
 
     @model_validator(mode="after")
     def _lower_literals(self) -> RedactionPattern:

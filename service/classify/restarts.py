@@ -13,51 +13,34 @@ when Kubernetes said so:
 
 StatefulSet and LeaderWorkerSet pods keep their name when replaced (the same stream, a new
 container), so they never need this. Without evidence, replicas stay apart: each failure is
-its own incident. The evidence is kept on the pods' streams (``extra.pod_life``), so it is
-saved and reloaded with them.
+its own incident. The evidence is kept on the pods' streams (``StreamState.pod_life``), so
+it is saved and reloaded with them.
 
 Above that evidence, :class:`Restarts` judges the first failure of a restarted run: the same
-failure again (the open incident counts one more restart and attempt, a crash loop at the
-configured count), a different one (a new incident linked to the one before), or, while only
-a cascade or an unknown error is known, not decided yet (``pending``: settled once the root
-cause is known or the attempt ends). The open failures of each workload on each node are
-indexed in its :class:`WorkloadState` (saved with the streams), so a replacement pod finds
-its predecessor's - after a restart of the service too.
+failure again (the open incident counts one more restart and attempt; whether that makes a
+crash loop is the registered judgement's word, :mod:`.judgements.crash_loops`), a different
+one (a new incident linked to the one before), or, while only a cascade or an unknown error
+is known, not decided yet (``StreamState.pending``: settled once the root cause is known or
+the attempt ends). The open failures of each workload on each node are indexed in its
+:class:`WorkloadState` (saved with the streams), so a replacement pod finds its
+predecessor's - after a restart of the service too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from service.classify.judgements.playbook import restart_advice
-from service.classify.rules import PlaybookRules
+from service.classify.run_state import MAX_FAILURES, Failure
 from service.classify.stream_state import FAILED, STOPPED, StreamState
 from service.incidents.finding import Finding
-from service.incidents.incident import Change, ChangeKind, Incident
+from service.incidents.incident import Change, ChangeKind, CrashLoop, Incident
 from service.incidents.incident_json import Attempt, LastFailure, Link
 from service.incidents.workload import WorkloadState, restart_unit
 
-ENDED, CREATED = "ended", "created"
 # clock skew allowed between the API server's event times and the node's log times
 SKEW_S = 2.0
 MAX_ATTEMPTS_KEPT = 20  # attempts listed in an incident's timeline (the count goes on)
-
-
-def note_life(st: StreamState, life: str, time: float | None) -> None:
-    """Record that the pod of ``st`` ended or was created (at ``time`` when known; the
-    earliest time seen is kept)."""
-    book = st.extra.setdefault("pod_life", {})
-    seen = book.get(life)
-    if life not in book or (time is not None and (seen is None or time < seen)):
-        book[life] = time
-
-
-def inherit_life(st: StreamState, placeholder: StreamState) -> None:
-    """A container stream of a pod appeared: the evidence its pod's placeholder stream
-    (``namespace/pod``) collected before (e.g. its controller created it) is its own."""
-    for life, time in (placeholder.extra.get("pod_life") or {}).items():
-        note_life(st, life, time)
 
 
 def evidence(old: StreamState, new: StreamState, failure: Incident) -> int:
@@ -66,13 +49,13 @@ def evidence(old: StreamState, new: StreamState, failure: Incident) -> int:
     created after the failure (its controller replaced *some* pod), 0 no word of it."""
     if old.status not in (FAILED, STOPPED):
         return 0
-    ended = old.extra.get("pod_life") or {}
-    if ENDED in ended:
-        at = ended[ENDED]
+    ended = old.pod_life.ended
+    if ended is not None:
+        at = ended.at
         return 2 if at is None or new.first_time is None or at <= new.first_time + SKEW_S else 0
-    created = new.extra.get("pod_life") or {}
-    if CREATED in created:
-        at, failed = created[CREATED], failure.opened_at
+    created = new.pod_life.created
+    if created is not None:
+        at, failed = created.at, failure.opened_at
         return 1 if at is None or failed is None or at + SKEW_S >= failed else 0
     return 0
 
@@ -90,11 +73,13 @@ class Streams(Protocol):
 class Restarts:
     """Restart judgements over the streams and their workloads (``streams``)."""
 
-    def __init__(self, streams: Streams, playbook: PlaybookRules, crash_loop_attempts: int) -> None:
-        """``crash_loop_attempts``: failed starts, the same way, that make a crash loop."""
+    def __init__(
+        self, streams: Streams, crash_loop: Callable[[Incident], CrashLoop | None]
+    ) -> None:
+        """``crash_loop``: whether an incident that failed the same way once more is a crash
+        loop now (the registered judgement's answer, :mod:`.judgements.crash_loops`)."""
         self.streams = streams
-        self.playbook = playbook
-        self.crash_loop_attempts = max(2, int(crash_loop_attempts))
+        self.crash_loop = crash_loop
 
     def priors(self, st: StreamState) -> list[Incident]:
         """Open failures of earlier runs of this workload, latest first: this stream's, then
@@ -105,7 +90,7 @@ class Restarts:
             if i.status == "open"
             and i.severity == "critical"
             and i.run < st.run
-            and "pending_restart_of" not in i.extra
+            and i.pending_restart is None
         ]
         mine.sort(key=lambda i: i.run, reverse=True)
         return mine + self.replaced_priors(st)
@@ -143,8 +128,10 @@ class Restarts:
 
     def announce(self, st: StreamState, inc: Incident, changes: list[Change]) -> None:
         """``inc`` is opened: remembered as the workload's latest failure, so a restart that
-        fails the same way continues it."""
-        st.extra["last_failure"] = last_failure(inc, st)
+        fails the same way continues it, and among the stream's failures."""
+        st.last_failure = last_failure(inc, st)
+        st.failures.append(Failure(inc.opened_at, inc.category, inc.id))
+        del st.failures[:-MAX_FAILURES]
         self._index(st, inc)
         changes.append(Change("opened", inc))
 
@@ -167,19 +154,18 @@ class Restarts:
         failure of the workload → that incident counts one more restart; another category →
         announced as a new incident; still unknown at the end → the same failure again.
         Returns (pending incident, the one it was folded into) when it was folded."""
-        pend = st.extra.get("pending")
-        pending_id = pend.get("incident") if pend else None
+        pending_id = st.pending.incident if st.pending else None
         inc = next((i for i in st.incidents if i.id == pending_id), None)
-        if inc is None or inc.status != "open" or "pending_restart_of" not in inc.extra:
-            st.extra.pop("pending", None)
+        if inc is None or inc.status != "open" or inc.pending_restart is None:
+            st.pending = None
             return None
         priors = [p for p in self.priors(st) if p is not inc]
         same = next((p for p in priors if p.category == inc.category), None)
         decisive = inc.primary.role == "cause" and inc.category != "unknown"
         if same is None and not decisive and not final:
             return None
-        st.extra.pop("pending", None)
-        del inc.extra["pending_restart_of"]
+        st.pending = None
+        inc.pending_restart = None
         changes[:] = [c for c in changes if c.incident is not inc]  # said nothing yet
         if same is None and inc.category == "unknown" and priors:
             same = priors[0]
@@ -204,10 +190,11 @@ class Restarts:
         this stream when a replacement pod failed), a crash loop at the configured count.
         Only the change into a crash loop (or a new root cause) is notified."""
         also: tuple[str, ...] = ()
-        if "attempts" not in prior.extra:  # the first restart: the first attempt too
+        attempts = prior.extra.setdefault("attempts", [])
+        if not attempts:  # the first restart: the first attempt too
             home = st if prior.stream == st.key else self.streams.find(prior.stream)
-            first = home.extra.get("last_failure") if home is not None else None
-            prior.extra["attempts"] = [
+            first = home.last_failure if home is not None else None
+            attempts.append(
                 attempt(
                     1,
                     prior.run,
@@ -217,8 +204,7 @@ class Restarts:
                     prior.opened_at,
                     prior.stage,
                 )
-            ]
-        attempts = prior.extra["attempts"]
+            )
         if prior.stream != st.key:
             also = (prior.stream,)
             old = self.streams.find(prior.stream)
@@ -240,30 +226,17 @@ class Restarts:
         for finding in (f, *others):
             if prior.add(finding):
                 kind = "updated"
-        if prior.restarts + 1 >= self.crash_loop_attempts:
-            if not prior.extra.get("crash_loop"):
+        loop = self.crash_loop(prior)
+        if loop is not None:
+            if prior.crash_loop is None:
                 kind = "updated"
-            self.crash_loop(prior)
+            prior.mark_crash_loop(loop)
         st.status = FAILED
         st.runs_failed += 1
-        st.extra["last_failure"] = last_failure(prior, st)
+        st.last_failure = last_failure(prior, st)
         self._index(st, prior)
         changes.append(Change(kind, prior, also))
         return prior
-
-    def crash_loop(self, inc: Incident) -> None:
-        """Mark ``inc`` a crash loop, saying whether restarting can help."""
-        attempts = inc.restarts + 1
-        helps, why = restart_advice(inc.category, self.playbook)
-        inc.extra["crash_loop"] = True
-        inc.extra["crash_loop_at"] = self.crash_loop_attempts
-        inc.extra["restart_helps"] = helps
-        inc.extra["note"] = (
-            f"crash loop: failed the same way {attempts} times ("
-            f"{inc.restarts} restart{'s' if inc.restarts != 1 else ''}); "
-            + ("restarting will not help: " if not helps else "restarting has not helped: ")
-            + why
-        )
 
 
 def link(inc: Incident) -> Link:

@@ -4,23 +4,22 @@ data the classifier reads (benign exceptions, the judgements of ``judgements.yam
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import regex
 
 from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
+from service.classify.hits import NO_HITS, Hits
+from service.classify.judgements.registry import JudgementRules, load_judgements
 from service.classify.multimatch import MultiMatcher
 from service.classify.redaction import Redactor, load_redactor
 from service.classify.rules import (
     RULES_DIR,
-    JudgementRules,
     Signature,
     load_benign,
     load_benign_exceptions,
     load_fact_rules,
-    load_judgements,
     load_signatures,
     load_stage_rules,
 )
@@ -29,22 +28,6 @@ from service.classify.signatures import PatternIndex, derive_literals
 # Tags of a pattern in the shared index.
 STAGE, READY, SERVING, RUN_START, SHUTDOWN, FACT, SIG, BENIGN = range(8)
 
-
-@dataclass(slots=True)
-class Hits:
-    """What one message matched."""
-
-    stages: list[str]
-    ready: bool
-    serving: bool
-    run_start: bool
-    shutdown: bool
-    facts: list[tuple[str, str]]
-    signatures: list[tuple[Signature, Any]]
-    benign: bool = False
-
-
-_EMPTY = Hits([], False, False, False, False, [], [])
 
 # Words that make a line worth a full look even when no signature literal is in it.
 GATE_WORDS = (
@@ -214,7 +197,7 @@ class RuleBook:
     def scan(self, message: str) -> Hits:
         found = self._index.search(message)
         if not found:
-            return _EMPTY
+            return NO_HITS
         hits = Hits([], False, False, False, False, [], [])
         for idx, m in found:
             tag, value = self._tags[idx]

@@ -3,14 +3,15 @@ benign lines and exceptions, judgements).
 
 Rules are data: operators add a signature without a release. Every file is validated with
 pydantic on load so a typo fails loudly at start-up, not silently at 3 a.m. A team's
-``judgements.yaml`` is merged onto the shipped one key by key (:func:`load_judgements`).
+``judgements.yaml`` is merged onto the shipped one key by key (:func:`merge_judgements`;
+each block is validated by its judgement: :mod:`.judgements.registry`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -23,9 +24,14 @@ RULES_DIR = shipped_dir("rules")  # the top-level rules/, installed as vllm_sent
 Role = Literal["cause", "symptom", "cascade", "warning"]
 
 
-class Examples(BaseModel):
+E = TypeVar("E")
+
+
+class Examples(BaseModel, Generic[E]):
+    """A rule's own tests: lines it must match (of type ``E``), lines it must not."""
+
     model_config = ConfigDict(extra="forbid")
-    match: list[str] = Field(min_length=1)
+    match: list[E] = Field(min_length=1)
     no_match: list[str] = Field(min_length=1)
 
 
@@ -53,7 +59,7 @@ class Signature(BaseModel):
     quiet_on: list[str] = Field(
         default_factory=list
     )  # platforms (the `platform` fact) where it is noise
-    examples: Examples
+    examples: Examples[str]
 
     @field_validator("category")
     @classmethod
@@ -115,10 +121,7 @@ class StageRules(BaseModel):
         return self
 
 
-class BenignPattern(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    pattern: str
-    example: str
+BenignPattern = StagePattern  # a benign line's pattern and example (rules/benign.yaml)
 
 
 class FactPattern(BaseModel):
@@ -138,7 +141,7 @@ class FactRules(BaseModel):
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _load_yaml(path: Path) -> Any:
+def load_yaml(path: Path) -> Any:
     with path.open(encoding="utf-8") as fh:
         return yaml.load(fh, Loader=_SafeLoader)
 
@@ -147,7 +150,7 @@ def load_signatures(rules_dir: Path = RULES_DIR) -> list[Signature]:
     """All signatures of ``rules/signatures/*.yaml``; ids must be unique."""
     sigs: list[Signature] = []
     for path in sorted((rules_dir / "signatures").glob("*.yaml")):
-        data = _load_yaml(path) or {}
+        data = load_yaml(path) or {}
         for raw in data.get("signatures", []):
             try:
                 sigs.append(Signature.model_validate(raw))
@@ -161,11 +164,11 @@ def load_signatures(rules_dir: Path = RULES_DIR) -> list[Signature]:
 
 
 def load_stage_rules(rules_dir: Path = RULES_DIR) -> StageRules:
-    return StageRules.model_validate(_load_yaml(rules_dir / "stages.yaml"))
+    return StageRules.model_validate(load_yaml(rules_dir / "stages.yaml"))
 
 
 def load_fact_rules(rules_dir: Path = RULES_DIR) -> FactRules:
-    return FactRules.model_validate(_load_yaml(rules_dir / "facts.yaml"))
+    return FactRules.model_validate(load_yaml(rules_dir / "facts.yaml"))
 
 
 # ``rules/playbook.yaml`` as read (categories, warnings, restarts, common_evidence): rules
@@ -176,7 +179,7 @@ PlaybookRules = dict[str, Any]
 
 def load_playbook(rules_dir: Path = RULES_DIR) -> PlaybookRules:
     """``rules/playbook.yaml``: first move, owner and evidence per category."""
-    data = _load_yaml(rules_dir / "playbook.yaml") or {}
+    data = load_yaml(rules_dir / "playbook.yaml") or {}
     unknown = set(data.get("categories", {})) - set(CATEGORY_TIER)
     if unknown:
         raise ValueError(f"playbook.yaml: unknown categories {sorted(unknown)}")
@@ -185,85 +188,14 @@ def load_playbook(rules_dir: Path = RULES_DIR) -> PlaybookRules:
 
 def load_benign(rules_dir: Path = RULES_DIR) -> list[BenignPattern]:
     """``rules/benign.yaml``: error-looking lines that are not server failures."""
-    data = _load_yaml(rules_dir / "benign.yaml") or {}
+    data = load_yaml(rules_dir / "benign.yaml") or {}
     return [BenignPattern.model_validate(b) for b in data.get("benign", [])]
 
 
 def load_benign_exceptions(rules_dir: Path = RULES_DIR) -> frozenset[str]:
     """``rules/benign.yaml`` ``exceptions``: exception names that are not failures."""
-    data = _load_yaml(rules_dir / "benign.yaml") or {}
+    data = load_yaml(rules_dir / "benign.yaml") or {}
     return frozenset(str(e) for e in data.get("exceptions") or [])
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class StallRules(_Strict):
-    deadlines_s: dict[str, int | float]  # stage → seconds without reaching the next stage
-    categories: dict[str, str]  # stage → the category of a stall there
-
-    @model_validator(mode="after")
-    def _known(self) -> StallRules:
-        for stage in [*self.deadlines_s, *self.categories]:
-            if stage not in STAGES:
-                raise ValueError(f"unknown stage {stage!r}")
-        for cat in self.categories.values():
-            if cat not in CATEGORY_TIER:
-                raise ValueError(f"unknown category {cat!r}")
-        return self
-
-
-class WaitingRules(_Strict):
-    repeats: int = Field(ge=2)
-    min_span_s: float = Field(ge=0)
-
-
-class RestartRules(_Strict):
-    crash_loop_attempts: int = Field(ge=2)
-    gap_s: float = Field(ge=0)
-    pending_wait_s: float = Field(ge=0)
-
-
-class FleetRules(_Strict):
-    prone_categories: list[str]
-
-    @field_validator("prone_categories")
-    @classmethod
-    def _known(cls, v: list[str]) -> list[str]:
-        unknown = [c for c in v if c not in CATEGORY_TIER]
-        if unknown:
-            raise ValueError(f"unknown categories {unknown}")
-        return v
-
-
-class PrefixCachingModel(_Strict):
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")  # in the model name; names the rule
-    name: str  # how the warning names the model
-
-
-class PrefixCachingRules(_Strict):
-    off_by_default: list[PrefixCachingModel]
-
-
-class ServingRules(_Strict):
-    kv_high_pct: float = Field(gt=0, le=100)
-    kv_high_lines: int = Field(ge=1)
-    queue_growing_lines: int = Field(ge=2)
-    queue_min: int = Field(ge=0)
-    hit_zero_lines: int = Field(ge=1)
-
-
-class JudgementRules(_Strict):
-    """``rules/judgements.yaml`` (every value is documented there)."""
-
-    version: Literal[1]
-    stalls: StallRules
-    waiting: WaitingRules
-    restarts: RestartRules
-    fleet: FleetRules
-    prefix_caching: PrefixCachingRules
-    serving: ServingRules
 
 
 def merge_judgements(base: Mapping[str, Any], team: Mapping[str, Any]) -> dict[str, Any]:
@@ -276,16 +208,3 @@ def merge_judgements(base: Mapping[str, Any], team: Mapping[str, Any]) -> dict[s
         else:
             out[key] = value
     return out
-
-
-def load_judgements(rules_dir: Path = RULES_DIR, teams: Iterable[Path] = ()) -> JudgementRules:
-    """``rules/judgements.yaml`` with each of ``teams`` (a team's judgements.yaml files, in
-    order) merged onto it; :class:`pydantic.ValidationError` when the result is not valid,
-    ``ValueError`` when a file is not a mapping."""
-    data = _load_yaml(rules_dir / "judgements.yaml") or {}
-    for path in teams:
-        team = _load_yaml(path) or {}
-        if not isinstance(team, Mapping):
-            raise ValueError(f"{path}: expected a mapping at the top level")
-        data = merge_judgements(data, team)
-    return JudgementRules.model_validate(data)

@@ -6,7 +6,7 @@ An extra directory holds ``*.yaml`` files (directly or under ``signatures/``) in
 ``examples.no_match``. A rule whose id is a shipped rule's replaces it; ``disabled`` ids are
 left out; ``overrides`` replace fields of a rule by id (validated as the rule itself). A
 ``judgements.yaml`` at the top of the directory overrides keys of the shipped
-``rules/judgements.yaml`` (:func:`service.classify.rules.load_judgements`); a
+``rules/judgements.yaml`` (:func:`service.classify.judgements.registry.load_judgements`); a
 ``redaction.yaml`` there adds secret patterns to ``rules/redaction.yaml`` (same name:
 replaces), its examples run at load (:mod:`service.classify.redaction`). The same checks
 serve ``vllm-sentinel rules test DIR``, ``check-config`` and start-up.
@@ -23,6 +23,7 @@ import regex
 import yaml
 from pydantic import ValidationError
 
+from service.classify.judgements.registry import JudgementRules, load_judgements
 from service.classify.multimatch import unsupported
 from service.classify.redaction import (
     REDACTION_FILE,
@@ -31,7 +32,7 @@ from service.classify.redaction import (
     load_redactor,
 )
 from service.classify.rulebook import RuleBook
-from service.classify.rules import RULES_DIR, JudgementRules, Signature, load_judgements
+from service.classify.rules import RULES_DIR, Signature
 from service.parse.line import parse_line
 
 SHIPPED, ADDED, REPLACED, OVERRIDDEN = "shipped", "added", "replaced", "overridden"
@@ -79,6 +80,17 @@ def _files(directory: Path) -> list[Path]:
     return found
 
 
+def said(where: str, exc: ValidationError) -> list[str]:
+    """One line per problem pydantic found: ``where: key.path: what is wrong``."""
+    out = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        out.append(
+            f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
+        )
+    return out
+
+
 def _judgements(rules_dir: Path, teams: list[Path], problems: list[str]) -> JudgementRules | None:
     """The shipped judgements with the teams' files merged on (None: no team file)."""
     if not teams:
@@ -86,12 +98,7 @@ def _judgements(rules_dir: Path, teams: list[Path], problems: list[str]) -> Judg
     try:
         return load_judgements(rules_dir, teams)
     except ValidationError as exc:
-        where = ", ".join(str(t) for t in teams)
-        for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"])
-            problems.append(
-                f"{where}: {loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
-            )
+        problems += said(", ".join(str(t) for t in teams), exc)
     except (OSError, ValueError, yaml.YAMLError) as exc:
         problems.append(f"{JUDGEMENTS}: cannot read: {exc}")
     return None
@@ -116,12 +123,7 @@ def _read(path: Path, problems: list[str], shipped: bool = False) -> list[Signat
         try:
             sig = Signature.model_validate(item)
         except ValidationError as exc:
-            for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"])
-                problems.append(
-                    f"{path}: {rid or f'signatures[{i}]'}: "
-                    f"{loc + ': ' if loc else ''}{err['msg'].removeprefix('Value error, ')}"
-                )
+            problems += said(f"{path}: {rid or f'signatures[{i}]'}", exc)
             continue
         try:
             regex.compile(sig.pattern)
@@ -187,12 +189,7 @@ def load_rule_set(
         try:
             by_id[rid] = Signature.model_validate({**base.model_dump(), **fields})
         except ValidationError as exc:
-            for err in exc.errors():
-                loc = ".".join(str(p) for p in err["loc"])
-                problems.append(
-                    f"overrides.{rid}: {loc + ': ' if loc else ''}"
-                    f"{err['msg'].removeprefix('Value error, ')}"
-                )
+            problems += said(f"overrides.{rid}", exc)
             continue
         rs.status[rid] = OVERRIDDEN
     for rid in disabled:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from service.classify.judgements.stalls import is_stall
+from service.classify.run_state import RunState
 from service.classify.stream_state import FAILED, STARTING, STOPPED, StreamState
 from service.incidents.incident import Change, Incident
 from service.parse import line as L
@@ -39,7 +40,7 @@ def restart_signal(
     stage marker after a failed or stopped run went quiet (a later start: ``gap_s`` after
     ``prev``, the time of the stream's line before this one; ``judgements.yaml``
     ``restarts.gap_s``)."""
-    pid = st.extra.get("api_pid")
+    pid = st.checks.api_pid
     if line.process == "APIServer" and pid is not None and line.pid not in (None, pid):
         return True
     if not stage_marker or st.status not in (FAILED, STOPPED):
@@ -57,9 +58,7 @@ def new_run(st: StreamState, time: float | None) -> None:
     st.frame_hint = {}
     st.facts = {}
     st.first_time = time
-    st.extra.pop("stats", None)  # per-run state of the checks
-    st.extra.pop("waiting", None)
-    st.extra.pop("api_pid", None)
+    st.checks = RunState()  # what the checks count, per run
 
 
 def advance(st: StreamState, stage: str, time: float | None, changes: list[Change]) -> bool:
@@ -92,15 +91,15 @@ def resolve_passed(
     st: StreamState,
     time: float | None,
     changes: list[Change],
-    replaced: Iterable[Incident],
+    replaced: Callable[[StreamState], Iterable[Incident]],
     find: Callable[[str], StreamState | None],
     ready: bool = False,
 ) -> None:
-    """A later run (of this pod, or of the pod that replaced it: ``replaced``, the open
+    """A later run (of this pod, or of the pod that replaced it: ``replaced(st)``, the open
     failures it continues) that gets past the failing stage, or is ``ready``, resolves the
     incident (taken off its owner's stream, ``find(key)``)."""
-    mine = [i for i in st.incidents if i.run < st.run and "pending_restart_of" not in i.extra]
-    for inc in mine + list(replaced):
+    mine = [i for i in st.incidents if i.run < st.run and i.pending_restart is None]
+    for inc in mine + list(replaced(st)):
         if inc.status != "open" or inc.severity != "critical":
             continue
         failed_at = later_stage(inc.stage, inc.extra.get("reached")) or inc.stage

@@ -11,7 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.classify.facts import CudaTable
+from service.classify.run_state import (
+    Failure,
+    Pending,
+    PodLife,
+    RunState,
+    extra_of,
+    failures_of,
+    pending_of,
+    run_state_of,
+)
 from service.incidents.incident import Incident
+from service.incidents.incident_json import LastFailure
 from service.incidents.snapshots import StreamExtra, StreamSnapshot
 
 # Stream status.
@@ -37,7 +48,12 @@ class StreamState:
     frame_hint: dict[str, str] = field(default_factory=dict)  # process → stage of deepest frame
     incidents: list[Incident] = field(default_factory=list)  # open ones
     runs_failed: int = 0
-    extra: StreamExtra = field(default_factory=lambda: StreamExtra())  # the checks' state
+    checks: RunState = field(default_factory=RunState)  # what the checks count in this run
+    pod_life: PodLife = field(default_factory=PodLife)  # Kubernetes' word on the pod
+    last_failure: LastFailure | None = None  # the latest failure announced
+    pending: Pending | None = None  # a restart's failure not judged yet
+    kube_seen: list[str] = field(default_factory=list)  # ids of the evidence read
+    failures: list[Failure] = field(default_factory=list)  # the latest announced, last last
 
     def current(self, severity: str = "critical") -> Incident | None:
         """The open incident of this run (of the given severity), if any."""
@@ -65,7 +81,14 @@ class StreamState:
             "frame_hint": self.frame_hint,
             "incidents": [i.to_dict() for i in self.incidents],
             "runs_failed": self.runs_failed,
-            "extra": self.extra,
+            "extra": extra_of(
+                self.checks,
+                self.pod_life,
+                self.pending,
+                self.kube_seen,
+                self.last_failure,
+                self.failures,
+            ),
         }
 
     @classmethod
@@ -73,7 +96,17 @@ class StreamState:
         """The state of a stored snapshot (a key an older snapshot lacks takes its default)."""
         data: dict[str, Any] = dict(d)
         data["incidents"] = [Incident.from_dict(i) for i in d.get("incidents", [])]
-        return cls(**data)
+        data.pop("extra", None)
+        extra: StreamExtra = d.get("extra") or StreamExtra()
+        return cls(
+            **data,
+            checks=run_state_of(extra),
+            pod_life=PodLife.from_dict(extra.get("pod_life") or {}),
+            last_failure=extra.get("last_failure"),
+            pending=pending_of(extra),
+            kube_seen=list(extra.get("kube_seen") or []),
+            failures=failures_of(extra),
+        )
 
 
 def merge_meta(st: StreamState, meta: Mapping[str, Any], cuda: CudaTable) -> None:

@@ -170,6 +170,13 @@ class StreamTracker:
         self.tracks.forget(gone)
 
     # ---- workloads -------------------------------------------------------------------
+    def good_start(self, st: StreamState) -> None:
+        """``st``'s run got ready: its facts are its workload's last good ones."""
+        st.last_good_facts = dict(st.facts)
+        workload = self.workload(workload_key(st.key, st.meta))
+        workload.last_good = st.last_good_facts
+        self.changed(workload.key)
+
     def workload(self, key: str) -> WorkloadState:
         """The workload ``key``: in memory, else as saved, else new."""
         w = self.workloads.get(key)

@@ -28,6 +28,26 @@ MAX_RELATED = 25
 MAX_EVIDENCE = 60
 
 
+@dataclass(frozen=True, slots=True)
+class CrashLoop:
+    """The workload keeps failing the same way: after ``attempts`` failed starts (the
+    configured count), or on Kubernetes' word (``source``: ``kubernetes``); whether
+    restarting can help, and the note that says so."""
+
+    restart_helps: bool
+    note: str
+    attempts: int | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRestart:
+    """A restart's failure not judged yet (same failure again, or a new one): the open
+    failure it may continue (``of``)."""
+
+    of: str | None
+
+
 @dataclass
 class Incident(Record[IncidentBody]):
     """One failure of one workload; its JSON (``to_dict``) is :class:`IncidentBody`."""
@@ -49,7 +69,9 @@ class Incident(Record[IncidentBody]):
     resolved_at: float | None = None
     resolution: str | None = None
     restarts: int = 0  # later runs of the workload that failed the same way
-    extra: Kept[IncidentExtra] = field(default_factory=lambda: IncidentExtra())  # judgements
+    extra: Kept[IncidentExtra] = field(default_factory=lambda: IncidentExtra())  # what is shown
+    crash_loop: CrashLoop | None = None  # shown as extra.crash_loop, .restart_helps, .note
+    pending_restart: PendingRestart | None = None  # saved as extra.pending_restart_of
 
     @staticmethod
     def make_id(stream: str, run: int, seq: int, line: str) -> str:
@@ -90,6 +112,31 @@ class Incident(Record[IncidentBody]):
             self.related.append(finding)
         return False
 
+    def mark_crash_loop(self, loop: CrashLoop) -> None:
+        """``inc`` is a crash loop (``loop``); its ``extra`` shows it (``crash_loop``,
+        ``crash_loop_at`` or ``crash_loop_source``, ``restart_helps``, ``note``)."""
+        self.crash_loop = loop
+        self.extra["crash_loop"] = True
+        if loop.attempts is not None:
+            self.extra["crash_loop_at"] = loop.attempts
+        if loop.source is not None:
+            self.extra["crash_loop_source"] = loop.source
+        self.extra["restart_helps"] = loop.restart_helps
+        self.extra["note"] = loop.note
+
+    def shown_extra(self) -> IncidentExtra:
+        """``extra`` as kept and sent: a pending restart's ``pending_restart_of`` right
+        after its ``after_restart_of``."""
+        if self.pending_restart is None:
+            return self.extra.copy()
+        out = IncidentExtra()
+        for key, value in self.extra.items():
+            out[key] = value  # type: ignore[literal-required]
+            if key == "after_restart_of":
+                out["pending_restart_of"] = self.pending_restart.of
+        out.setdefault("pending_restart_of", self.pending_restart.of)
+        return out
+
     def note(self, line: str) -> None:
         """Keep the log from the first error on (bounded; repeats of a recent line skipped)."""
         if len(self.evidence) < MAX_EVIDENCE and line and line not in self.evidence[-8:]:
@@ -105,8 +152,36 @@ class Incident(Record[IncidentBody]):
         out["related"] = [
             dict(zip(_RELATED_KEYS, _related_values(r), strict=False)) for r in self.related
         ]
-        out["extra"] = self.extra.copy()
+        out["extra"] = self.shown_extra()
         return cast(IncidentSummary, out)
+
+    def to_dict(self) -> IncidentBody:
+        """The incident's JSON (:class:`IncidentBody`); the typed crash loop and pending
+        restart are shown in ``extra`` (:meth:`mark_crash_loop`, :meth:`shown_extra`)."""
+        body = Record.to_dict(self)
+        out = cast(dict[str, object], body)
+        del out["crash_loop"], out["pending_restart"]
+        if self.pending_restart is not None:
+            body["extra"] = self.shown_extra()
+        return body
+
+    @classmethod
+    def from_dict(cls, d: IncidentBody) -> Incident:
+        """The incident of a stored body (a key an older body lacks takes its default); a
+        crash loop and a pending restart kept in ``extra`` come back as typed fields."""
+        inc = super().from_dict(d)
+        extra = IncidentExtra(**inc.extra)
+        if "pending_restart_of" in extra:
+            inc.pending_restart = PendingRestart(extra.pop("pending_restart_of"))
+        if extra.get("crash_loop"):
+            inc.crash_loop = CrashLoop(
+                restart_helps=extra.get("restart_helps", True),
+                note=extra.get("note", ""),
+                attempts=extra.get("crash_loop_at"),
+                source=extra.get("crash_loop_source"),
+            )
+        inc.extra = extra
+        return inc
 
 
 def _cascade_key(f: Finding) -> tuple[str | None, str]:

@@ -12,8 +12,8 @@ from service.incidents.incident_json import IncidentBody, LastFailure
 S = TypeVar("S")
 
 
-class ServingStats(TypedDict, total=False):
-    """What :func:`judge` keeps of a stream's stats lines (in its state, per run)."""
+class ServingStatsSnapshot(TypedDict, total=False):
+    """What the serving statistics keep of a run's stats lines (``extra.stats``)."""
 
     kv: list[float]  # KV cache usage of the last lines
     kv_high: int  # lines in a row at or above the threshold
@@ -24,8 +24,8 @@ class ServingStats(TypedDict, total=False):
     prompt: list[float]  # prompt throughput of those lines
 
 
-class Waiting(TypedDict):
-    """The same "waiting for ..." line repeating (:func:`~.judgements.checks.waiting`)."""
+class WaitingSnapshot(TypedDict):
+    """The same "waiting for ..." line repeating (``extra.waiting``)."""
 
     template: str
     stage: str | None
@@ -33,23 +33,33 @@ class Waiting(TypedDict):
     first: float | None
 
 
-class Pending(TypedDict):
-    """A restart's incident not judged yet (:mod:`~service.classify.restarts`)."""
+class PendingSnapshot(TypedDict):
+    """A restart's incident not judged yet (``extra.pending``)."""
 
     incident: str
     since: float | None
 
 
-class StreamExtra(TypedDict, total=False):
-    """What the checks keep on a stream (each key only once it applies)."""
+class FailureSnapshot(TypedDict):
+    """One failure announced on the stream (``extra.failures``)."""
 
-    waiting: Waiting  # per run
-    stats: ServingStats  # per run
+    at: float | None
+    category: str
+    incident: str
+
+
+class StreamExtra(TypedDict, total=False):
+    """The typed state of a stream (``StreamState`` and its ``RunState``) as saved: each
+    key only once it applies; the keys older versions wrote, read back into those fields."""
+
+    waiting: WaitingSnapshot  # per run
+    stats: ServingStatsSnapshot  # per run
     api_pid: int  # per run: the API server's process
     pod_life: dict[str, float | None]  # "ended" / "created" → when (restart evidence)
     last_failure: LastFailure
-    pending: Pending
+    pending: PendingSnapshot
     kube_seen: list[str]  # ids of the Kubernetes evidence read
+    failures: list[FailureSnapshot]  # the latest failures announced (newer versions)
 
 
 class StreamSnapshot(TypedDict):

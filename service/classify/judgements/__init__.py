@@ -1,4 +1,5 @@
-"""Judgements beyond a single line: the :class:`~.judgement.Judgement` record, the checks over
-a stream that return it (:mod:`.checks`: repeated waits, start-up settings, serving
-statistics, stalls, built on :mod:`.stalls` and :mod:`.serving`), and the playbook (first
-moves, restart advice, warning advice)."""
+"""Judgements beyond a single line, registered by kind (:mod:`.registry`): each kind is one
+module here with its block of ``rules/judgements.yaml`` - stalls, repeated waits, start-up
+settings, serving statistics, crash loops, fleets, repeated failures - returning typed
+:class:`~.judgement.Judgement` records (or a crash loop) that the incident book applies; and
+the playbook (first moves, restart advice, warning advice)."""

@@ -50,6 +50,15 @@ def restart_advice(category: str, playbook: PlaybookRules) -> tuple[bool, str]:
     return bool(entry.get("helps", True)), _text(entry.get("why"))
 
 
+def _bridge_available(image: str, decision: dict[str, Any]) -> bool:
+    """Whether the -cu129 bridge exists for ``image`` (the decision's
+    ``cu129_bridge_unavailable``: names it contains, suffixes it ends with)."""
+    never = decision.get("cu129_bridge_unavailable") or {}
+    contains = [str(s) for s in never.get("image_contains") or []]
+    suffixes = tuple(str(s) for s in never.get("image_ends_with") or [])
+    return not any(s in image for s in contains) and not (suffixes and image.endswith(suffixes))
+
+
 def playbook_for(
     category: str, playbook: PlaybookRules, facts: dict[str, str], rule: str | None = None
 ) -> Playbook:
@@ -72,8 +81,7 @@ def playbook_for(
     }
     decision = entry.get("decision")
     if decision:
-        image = facts.get("image", "")
-        bridge_ok = "kimi-k3" not in image and not image.endswith("cu130")
+        bridge_ok = _bridge_available(facts.get("image", ""), decision)
         decisions: list[Decision] = [
             {
                 "option": "driver_upgrade",

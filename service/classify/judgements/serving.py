@@ -1,14 +1,31 @@
 """Warnings from vLLM's periodic stats lines: KV cache saturated, waiting queue growing,
 preemptions, prefix cache hit rate stuck at 0 % while prompts are served. Never pages. The
-thresholds are rules data (``rules/judgements.yaml`` ``serving``)."""
+thresholds are rules data (block ``serving``); what the lines showed so far is kept in the
+run's state (:class:`~service.classify.run_state.ServingStats`)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
+from pydantic import Field
+
+from service.classify.events import Seen
+from service.classify.judgements.judge import Blocks, Config, Judge, Kind
 from service.classify.judgements.judgement import Judgement
-from service.classify.rules import ServingRules
-from service.incidents.snapshots import ServingStats
+from service.classify.rules import PlaybookRules
+from service.classify.run_state import ServingStats
+from service.classify.stream_state import StreamState
+from service.parse import line as L
+
+
+class ServingRules(Config):
+    kv_high_pct: float = Field(gt=0, le=100)
+    kv_high_lines: int = Field(ge=1)
+    queue_growing_lines: int = Field(ge=2)
+    queue_min: int = Field(ge=0)
+    hit_zero_lines: int = Field(ge=1)
+
 
 # V0: "... Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.1%, ..."
 # V1: "Engine 000: ... Running: 1 reqs, Waiting: 0 reqs[, Deferred: 0 reqs][, KV fetch: ...]
@@ -42,11 +59,11 @@ def judge(
     waiting = int(m.group("waiting"))
     running = int(m.group("running"))
     prompt = float(m.group("prompt"))
-    kvs = state.setdefault("kv", [])
+    kvs = state.kv
     kvs.append(kv)
     del kvs[: -rules.kv_high_lines]
-    state["kv_high"] = state.get("kv_high", 0) + 1 if kv >= rules.kv_high_pct else 0
-    if state["kv_high"] == rules.kv_high_lines:
+    state.kv_high = state.kv_high + 1 if kv >= rules.kv_high_pct else 0
+    if state.kv_high == rules.kv_high_lines:
         out.append(
             Judgement(
                 "kv-cache-saturated",
@@ -56,16 +73,16 @@ def judge(
                 f"{waiting} waiting",
             )
         )
-    queue = state.setdefault("waiting", [])
+    queue = state.waiting
     queue.append(waiting)
     del queue[: -rules.queue_growing_lines]
     if (
         len(queue) == rules.queue_growing_lines
         and queue[-1] >= rules.queue_min
         and all(b > a for a, b in zip(queue, queue[1:], strict=False))
-        and not state.get("queue_warned")
+        and not state.queue_warned
     ):
-        state["queue_warned"] = True
+        state.queue_warned = True
         out.append(
             Judgement(
                 "waiting-queue-growing",
@@ -76,11 +93,11 @@ def judge(
             )
         )
     elif queue and queue[-1] == 0:
-        state["queue_warned"] = False
+        state.queue_warned = False
     swapped = int(m.group("swapped") or 0)
     preempt = int(m.group("preempt") or 0)
-    if (preempt or swapped) and not state.get("preempt_warned"):
-        state["preempt_warned"] = True
+    if (preempt or swapped) and not state.preempt_warned:
+        state.preempt_warned = True
         what = f"{preempt} preemptions" if preempt else f"{swapped} requests swapped out"
         out.append(
             Judgement(
@@ -93,11 +110,11 @@ def judge(
     h = _HIT.search(message, m.end())
     if h is not None and prefix_caching_expected and prompt > 0:
         hit = float(h.group("hit"))
-        state["hit_zero"] = state.get("hit_zero", 0) + 1 if hit == 0.0 else 0
-        prompts = state.setdefault("prompt", [])
+        state.hit_zero = state.hit_zero + 1 if hit == 0.0 else 0
+        prompts = state.prompt
         prompts.append(prompt)
         del prompts[: -rules.hit_zero_lines]
-        if state["hit_zero"] == rules.hit_zero_lines:
+        if state.hit_zero == rules.hit_zero_lines:
             out.append(
                 Judgement(
                     "prefix-cache-hit-zero",
@@ -108,6 +125,43 @@ def judge(
                 )
             )
     return out
+
+
+class Serving(Judge):
+    def __init__(self, rules: ServingRules) -> None:
+        self.rules = rules
+
+    def line(self, st: StreamState, seen: Seen) -> Sequence[Judgement]:
+        """A stats line of a serving stream (the quiet path's, or one a rule looked at)."""
+        line = seen.line
+        if line is None:
+            text = seen.text  # (the quiet path takes stats lines only)
+        elif seen.hits.serving and "throughput" in line.message and not st.shutting_down:
+            text = line.text
+        else:
+            return ()
+        # a 0% hit rate matters where prefix caching was asked for: vLLM V1 turns it on by
+        # default, so with the non-default args known, only an explicit flag expects hits
+        args = st.facts.get("non_default_args")
+        expected = (
+            "'enable_prefix_caching': True" in args
+            if args is not None
+            else st.facts.get("enable_prefix_caching") == "True"
+        )
+        if st.checks.stats is None:
+            st.checks.stats = ServingStats()
+        found = judge(text, st.checks.stats, expected, self.rules)
+        if not found:  # the common case: no line to clean
+            return ()
+        cleaned = L.clean(text)
+        return [Judgement(j.rule, j.category, j.detail, cleaned) for j in found]
+
+
+def _judge(rules: ServingRules, _: Blocks, __: PlaybookRules) -> Judge:
+    return Serving(rules)
+
+
+KIND = Kind("serving", ServingRules, _judge)
 
 
 _CONCURRENCY = re.compile(
