@@ -13,7 +13,7 @@ TYPE_CHECKING:`` and the ``else`` of ``if not TYPE_CHECKING:`` never run and are
   imported only by the CLI;
 * ``store`` and ``notify`` import no ``service.classify`` (incidents reach them as the shapes
   of ``service.incidents``);
-* no module over 450 lines.
+* no module over 400 lines.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICE = ROOT / "service"
-MAX_LINES = 450
+MAX_LINES = 400
 
 # floor of each top-level piece of service/ (a module or a package); lower floors first
 FLOORS: list[tuple[str, ...]] = [
@@ -96,8 +96,14 @@ def type_checking(test: ast.expr) -> bool | None:
     return None
 
 
+OWN_PACKAGE = "<own package>"  # an import of a module of the importer's own package, by name
+UNREAD = "<unread>"  # an import whose target the check cannot read
+
+
 def dynamic_import(node: ast.AST) -> str | None:
-    """The module named by ``importlib.import_module("...")`` or ``__import__("...")``."""
+    """The module named by ``importlib.import_module("...")`` or ``__import__("...")``;
+    :data:`OWN_PACKAGE` for ``import_module(f"{__package__}.{name}")`` (a package finding its
+    own modules), :data:`UNREAD` for any other name computed at run time."""
     if not isinstance(node, ast.Call) or not node.args:
         return None
     func = node.func
@@ -105,7 +111,19 @@ def dynamic_import(node: ast.AST) -> str | None:
     if name not in ("import_module", "__import__"):
         return None
     first = node.args[0]
-    return first.value if isinstance(first, ast.Constant) and isinstance(first.value, str) else None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str):
+        return first.value
+    parts = first.values if isinstance(first, ast.JoinedStr) else []
+    if (
+        len(parts) > 1
+        and isinstance(parts[0], ast.FormattedValue)
+        and isinstance(parts[0].value, ast.Name)
+        and parts[0].value.id == "__package__"
+        and isinstance(parts[1], ast.Constant)
+        and str(parts[1].value).startswith(".")
+    ):
+        return OWN_PACKAGE
+    return UNREAD
 
 
 def module_imports(text: str, module: str, is_pkg: bool) -> tuple[set[str], set[str]]:
@@ -136,7 +154,12 @@ def module_imports(text: str, module: str, is_pkg: bool) -> tuple[set[str], set[
             found(_targets(child, module, is_pkg), in_function)
             return
         named = dynamic_import(child)
-        if named is not None and named.split(".")[0] == "service":
+        if named == OWN_PACKAGE:
+            package = module if is_pkg else module.rpartition(".")[0]
+            found([package], in_function)
+        elif named == UNREAD:
+            found([UNREAD], in_function)
+        elif named is not None and named.split(".")[0] == "service":
             found([t for t in [_resolve(named)] if t], in_function)
         nested = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
         visit(child, in_function or nested)
@@ -206,11 +229,17 @@ def test_no_cycle_between_modules() -> None:
     assert cycles(RUNTIME) == []
 
 
+def test_every_import_names_what_it_imports() -> None:
+    """An import by a name computed at run time hides its floor from these checks: only a
+    package finding its own modules (``import_module(f"{__package__}.{name}")``) may."""
+    assert {src for src, targets in RUNTIME.items() if UNREAD in targets} == set()
+
+
 def test_no_cycle_between_packages() -> None:
     graph: dict[str, set[str]] = defaultdict(set)
     for src, targets in RUNTIME.items():
         for dst in targets:
-            if src != "service" and dst != "service" and piece(src) != piece(dst):
+            if src != "service" and dst not in ("service", UNREAD) and piece(src) != piece(dst):
                 graph[piece(src)].add(piece(dst))
     assert cycles(graph) == []
 
@@ -221,7 +250,9 @@ def upward(runtime: dict[str, set[str]]) -> set[tuple[str, str]]:
         (src, dst)
         for src, targets in runtime.items()
         for dst in targets
-        if src != "service" and dst != "service" and FLOOR[piece(dst)] > FLOOR[piece(src)]
+        if src != "service"
+        and dst not in ("service", UNREAD)
+        and FLOOR[piece(dst)] > FLOOR[piece(src)]
     }
 
 
@@ -261,7 +292,7 @@ def test_the_store_and_notify_know_incidents_only_as_shapes() -> None:
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))
-def test_no_module_is_over_450_lines(module: str) -> None:
+def test_no_module_is_over_400_lines(module: str) -> None:
     lines = len(MODULES[module].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{module}: {lines} lines"
 
@@ -324,6 +355,31 @@ def test_the_checks_see_an_import_hidden_in_a_function(text: str) -> None:
     runtime, lazy = planted(text)
     assert lazy == runtime == {"service.records"}
     assert hidden({"service.parse.line": lazy}) == {("service.parse.line", "service.records")}
+
+
+@pytest.mark.parametrize(
+    ("text", "module", "read"),
+    [
+        (
+            "import importlib\nm = importlib.import_module(f'{__package__}.x')\n",
+            "service.classify.judgements.registry",
+            {"service.classify.judgements"},
+        ),
+        ("import importlib\nm = importlib.import_module(NAME)\n", "service.parse.line", {UNREAD}),
+        ("m = __import__('service.' + name)\n", "service.parse.line", {UNREAD}),
+        (
+            "import importlib\nm = importlib.import_module(f'{x}.y')\n",
+            "service.parse.line",
+            {UNREAD},
+        ),
+    ],
+    ids=["own-package", "computed", "concatenated", "other-f-string"],
+)
+def test_an_import_by_a_computed_name_is_read_as_its_own_package_or_unread(
+    text: str, module: str, read: set[str]
+) -> None:
+    runtime, _ = planted(text, module)
+    assert runtime == read
 
 
 def test_only_what_never_runs_is_left_out() -> None:

@@ -64,4 +64,4 @@ def _judge(rules: RestartRules, _: Blocks, playbook: PlaybookRules) -> Judge:
     return CrashLoops(rules, playbook)
 
 
-KIND = Kind("restarts", RestartRules, _judge)
+KIND = Kind("restarts", RestartRules, _judge, runs=50)

@@ -29,4 +29,4 @@ def prone(rules: FleetRules) -> frozenset[str]:
     return frozenset(rules.prone_categories) if rules.enabled else frozenset()
 
 
-KIND = Kind("fleet", FleetRules)
+KIND = Kind("fleet", FleetRules, runs=60)

@@ -66,8 +66,10 @@ class Judge:
 class Kind(Generic[C]):
     """A judgement by name: its block (``name``) validated as ``config``; ``judge`` builds
     its :class:`Judge` from that block, the whole file (a kind may read another's block)
-    and the playbook (None: a kind that is configuration only, read elsewhere)."""
+    and the playbook (None: a kind that is configuration only, read elsewhere); ``runs``:
+    where its judge is asked among the others on each line (lower first)."""
 
     name: str
     config: type[C]
     judge: Callable[[C, Blocks, PlaybookRules], Judge] | None = None
+    runs: int = 100

@@ -1,45 +1,42 @@
-"""The judgements by name: which kinds exist (:data:`KINDS`, one line each, as a problem
-daemon lists its monitors), ``rules/judgements.yaml`` validated against them
+"""The judgements by name: which kinds exist (:data:`KINDS`: every module of this package
+that declares a ``KIND``, found when the package is imported, as a problem daemon registers
+its monitors by name), ``rules/judgements.yaml`` validated against them
 (:class:`JudgementRules`: each kind's block; a team's file merged on key by key), and the
-judges the classifier runs (:class:`Judges`: the enabled kinds, in this order).
+judges the classifier runs (:class:`Judges`: the enabled kinds, in their ``runs`` order).
 
-Adding a judgement: a module under ``judgements/`` with its ``KIND``, its line here, its
-block in ``rules/judgements.yaml``; the engine does not change.
+Adding a judgement: a module under ``judgements/`` with its ``KIND`` and its block in
+``rules/judgements.yaml``; nothing else changes, this module included.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, create_model
 
+from service.classify import judgements
 from service.classify.events import Seen
-from service.classify.judgements import (
-    crash_loops,
-    fleet,
-    repeated_failure,
-    serving,
-    stalls,
-    startup,
-    waiting,
-)
 from service.classify.judgements.judge import C, Config, Judge, Kind
 from service.classify.judgements.judgement import Judgement
 from service.classify.rules import RULES_DIR, PlaybookRules, load_yaml, merge_judgements
 from service.classify.stream_state import StreamState
 from service.incidents.incident import Change, CrashLoop, Incident
 
-# Every judgement kind, in the order the judges run on a line.
-KINDS: tuple[Kind[Any], ...] = (
-    stalls.KIND,
-    startup.KIND,
-    serving.KIND,
-    waiting.KIND,
-    crash_loops.KIND,
-    fleet.KIND,
-    repeated_failure.KIND,
+
+# Every judgement kind of this package (a module's ``KIND``), in the order the judges run.
+_MODULES = [
+    importlib.import_module(f"{__package__}.{m.name}")
+    for m in pkgutil.iter_modules(judgements.__path__)
+]
+KINDS: tuple[Kind[Any], ...] = tuple(
+    sorted(
+        (k for mod in _MODULES if isinstance(k := getattr(mod, "KIND", None), Kind)),
+        key=lambda k: (k.runs, k.name),
+    )
 )
 
 _FIELDS: dict[str, Any] = {"version": (Literal[1], ...)} | {k.name: (k.config, ...) for k in KINDS}

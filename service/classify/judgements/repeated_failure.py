@@ -70,4 +70,4 @@ def _judge(rules: RepeatedFailureRules, _: Blocks, __: PlaybookRules) -> Judge:
     return RepeatedFailure(rules)
 
 
-KIND = Kind("repeated_failure", RepeatedFailureRules, _judge)
+KIND = Kind("repeated_failure", RepeatedFailureRules, _judge, runs=70)

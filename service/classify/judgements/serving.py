@@ -161,7 +161,7 @@ def _judge(rules: ServingRules, _: Blocks, __: PlaybookRules) -> Judge:
     return Serving(rules)
 
 
-KIND = Kind("serving", ServingRules, _judge)
+KIND = Kind("serving", ServingRules, _judge, runs=30)
 
 
 _CONCURRENCY = re.compile(

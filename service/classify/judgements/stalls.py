@@ -81,4 +81,4 @@ def _judge(rules: StallRules, _: Blocks, __: PlaybookRules) -> Judge:
     return Stalls(rules)
 
 
-KIND = Kind("stalls", StallRules, _judge)
+KIND = Kind("stalls", StallRules, _judge, runs=10)

@@ -51,4 +51,4 @@ def _judge(rules: PrefixCachingRules, _: Blocks, __: PlaybookRules) -> Judge:
     return Startup(rules)
 
 
-KIND = Kind("prefix_caching", PrefixCachingRules, _judge)
+KIND = Kind("prefix_caching", PrefixCachingRules, _judge, runs=20)

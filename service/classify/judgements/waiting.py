@@ -79,4 +79,4 @@ def _judge(rules: WaitingRules, blocks: Blocks, _: PlaybookRules) -> Judge:
     return Waits(rules, blocks.get(STALLS).categories)
 
 
-KIND = Kind("waiting", WaitingRules, _judge)
+KIND = Kind("waiting", WaitingRules, _judge, runs=40)
