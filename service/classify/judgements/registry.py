@@ -26,7 +26,6 @@ from service.classify.rules import RULES_DIR, PlaybookRules, load_yaml, merge_ju
 from service.classify.stream_state import StreamState
 from service.incidents.incident import Change, CrashLoop, Incident
 
-
 # Every judgement kind of this package (a module's ``KIND``), in the order the judges run.
 _MODULES = [
     importlib.import_module(f"{__package__}.{m.name}")
