@@ -9,7 +9,8 @@ a correction to ``unknown`` becomes out-of-taxonomy text. The held-out evaluatio
 (``tests/corpus`` and the blind sets ``tests/blind``, ``tests/blind2``, any ``tests/blind*``)
 are refused as training data.
 
-``<data>/real_threads/*.jsonl`` holds real physical log lines from public threads (fields
+``<data>/real_threads/*.jsonl`` (and ``<data>/real_logs/*.jsonl``, lines of whole public logs,
+same fields plus ``log_id``, ``line_no`` and ``context``) holds real physical log lines from public threads (fields
 ``line``, ``category``, ``role``, ``thread`` ...; ``training_data/real_threads/README.md``).
 Each line is parsed as the classifier parses it (:func:`service.parse.line.parse_line`) and
 its message is the example; its family is its thread, so cross-validation never puts one
@@ -46,6 +47,7 @@ __all__ = [
     "ORIGIN_GENERATED",
     "ORIGIN_STRING",
     "ORIGIN_THREAD",
+    "REAL_LOGS",
     "REAL_THREADS",
     "UNKNOWN",
     "Example",
@@ -55,6 +57,7 @@ __all__ = [
 
 UNKNOWN = "unknown"
 REAL_THREADS = "real_threads"
+REAL_LOGS = "real_logs"  # labelled lines of whole public logs (tests/whole_logs/README.md)
 # where an example came from: a real line of a public thread, a generated variation, or a
 # real string (seed wordings, captured healthy runs, vLLM's own log strings)
 ORIGIN_THREAD, ORIGIN_GENERATED, ORIGIN_STRING = "thread", "generated", "string"
@@ -101,7 +104,8 @@ def _held_out(folder: str) -> bool:
 def _thread_rows(data_dir: Path) -> list[dict[str, Any]]:
     """The real thread lines as example rows: the parsed message, the thread as family."""
     rows = []
-    for path in sorted((data_dir / REAL_THREADS).glob("*.jsonl")):
+    paths = [*(data_dir / REAL_THREADS).glob("*.jsonl"), *(data_dir / REAL_LOGS).glob("*.jsonl")]
+    for path in sorted(paths):
         for row in _read_jsonl(path, "line"):
             cat = "healthy" if row.get("role") == "noise" else row.get("category")
             line = parse_line(row["line"])

@@ -170,6 +170,7 @@ def train(
                 for p in [
                     *Path(data_dir).glob("*.jsonl"),
                     *Path(data_dir).glob("real_threads/*.jsonl"),
+                    *Path(data_dir).glob("real_logs/*.jsonl"),
                 ]
             ),
             "raw_by_origin": dict(sorted(Counter(e.origin for e in raw).items())),
