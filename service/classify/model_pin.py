@@ -3,6 +3,6 @@ manifest or an artifact that differs (both swapped together included). Rewritten
 ``vllm-sentinel train`` whenever it writes the shipped ``models/`` directory."""
 
 PINNED = {
-    "text_model.json": "940fbf35039218177a114ec50cbf71ee2b23a9fd326443285eb07b3fbdd77224",
+    "text_model.json": "f10806f87077ca393e9a54abecf9936c77c4850ab5a81a0b6957c0ed2b23dc63",
     "text_model.npz": "5985f61b22f9839bfc35a0968fa173998fb13eb11f6904ee645b54f497f7dc8d",
 }
