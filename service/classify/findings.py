@@ -17,10 +17,12 @@ Stateless but for the model's counters: the stream's state comes in, a finding g
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from service.classify.judgements.judgement import Judgement
 from service.classify.judgements.playbook import first_move
+from service.classify.model_context import ModelContext, context_of
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import STARTING, StreamState
@@ -44,7 +46,7 @@ _FAILURE_WORDS = re.compile(
 
 
 class TextModelLike(Protocol):
-    def predict(self, text: str) -> Any: ...
+    def predict(self, text: str, context: ModelContext | None = None) -> Any: ...
 
 
 class NoveltyLike(Protocol):
@@ -90,11 +92,13 @@ class Findings:
         playbook: PlaybookRules,
         model: TextModelLike | None = None,
         novelty: NoveltyLike | None = None,
+        innermost: Callable[[tuple[str, str]], tuple[str, str] | None] | None = None,
     ) -> None:
         self.rules = rules
         self.playbook = playbook
         self.model = model
         self.novelty = novelty
+        self.innermost = innermost  # (stream, process) → innermost frame the line ended
         self.model_calls = 0
         self.disagreements = 0
 
@@ -131,7 +135,7 @@ class Findings:
                 and sig.role == "cause"
                 and error_like(line, self.rules.benign_exceptions)
             ):
-                self._check_disagreement(line, category)
+                self._check_disagreement(st, line, category)
             return self._made(
                 st,
                 line,
@@ -153,7 +157,7 @@ class Findings:
         )
         if self.model is not None:
             self.model_calls += 1
-            pred = self.model.predict(line.message)
+            pred = self.model.predict(line.message, self.context(st, line))
             template = getattr(pred, "template", None) or template
             cat = pred.category
             if cat not in ("healthy", "unknown"):
@@ -228,8 +232,13 @@ class Findings:
         best = getattr(pred, "best", "")
         return best not in ("", "healthy", "unknown") and float(pred.probability) >= floor
 
-    def _check_disagreement(self, line: L.Line, category: str) -> None:
-        pred = self.model.predict(line.message) if self.model else None
+    def context(self, st: StreamState, line: L.Line) -> ModelContext:
+        """What the stream knows around ``line``, for the text model."""
+        frame = self.innermost((st.key, line.proc_key)) if self.innermost else None
+        return context_of(line, stage=st.stage, program=st.facts.get("program"), frame=frame)
+
+    def _check_disagreement(self, st: StreamState, line: L.Line, category: str) -> None:
+        pred = self.model.predict(line.message, self.context(st, line)) if self.model else None
         self.model_calls += 1
         if pred is not None and pred.category not in (category, "unknown"):
             self.disagreements += 1

@@ -12,6 +12,7 @@ import regex
 from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
 from service.classify.hits import NO_HITS, Hits
 from service.classify.judgements.registry import JudgementRules, load_judgements
+from service.classify.model_context import program_name
 from service.classify.multimatch import MultiMatcher
 from service.classify.redaction import Redactor, load_redactor
 from service.classify.rules import (
@@ -229,4 +230,6 @@ def _fact_value(name: str, value: str) -> str:
         return cuda_from_api_version(value)
     if name == "image_cuda":
         return norm_cuda(value)
+    if name == "program":  # one name per program, whichever of its wordings came first
+        return program_name(value) or value
     return value

@@ -3,6 +3,10 @@ traceback not ended by its exception line yet (its frame and code lines, for a l
 inside it), whether its next traceback is chained to the last one (the first block's frames
 still count), and the finding whose stage later frames of the same process may still refine.
 
+The library and function of the innermost frame a traceback reached are kept for the one
+line that ends it (its exception line, usually): the text model reads them as context
+(:mod:`service.classify.model_context`).
+
 Memory only: a traceback is a few lines of one process; a stream forgotten (evicted, its
 partition revoked) forgets them too.
 """
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from service.classify.model_context import frame_of
 from service.classify.stream_state import StreamState
 from service.incidents.finding import Finding
 from service.incidents.incident import Incident
@@ -34,6 +39,8 @@ class ProcessTracks:
         self.open: dict[Where, list[str]] = {}
         self.chained: set[Where] = set()
         self.refining: dict[Where, tuple[Finding, Incident | None]] = {}
+        self.frame: dict[Where, tuple[str, str]] = {}  # innermost frame of the open traceback
+        self.ended: dict[Where, tuple[str, str]] = {}  # ... of the one the current line ends
 
     def start(self, where: Where) -> bool:
         """A traceback starts; whether it is chained to the process's previous one."""
@@ -51,9 +58,23 @@ class ProcessTracks:
         tb = self.open.get(where)
         if tb is not None and len(tb) < MAX_TRACEBACK_LINES:
             tb.append(text)
+        frame = frame_of(text)
+        if frame is not None:
+            self.frame[where] = frame
 
     def close(self, where: Where) -> None:
+        """A line of the process that is no traceback line: its traceback (if any) ends."""
         self.open.pop(where, None)
+        frame = self.frame.pop(where, None)
+        if frame is not None:
+            self.ended[where] = frame
+        else:
+            self.ended.pop(where, None)
+
+    def innermost(self, where: Where) -> tuple[str, str] | None:
+        """(library, function) of the innermost frame of the traceback the process's
+        current line ended, if it ended one."""
+        return self.ended.get(where)
 
     def has_open(self, stream: str) -> bool:
         return any(k[0] == stream for k in self.open)
@@ -83,4 +104,7 @@ class ProcessTracks:
             del self.refining[key]
         for key in [k for k in self.open if k[0] in gone]:
             del self.open[key]
+        for held in (self.frame, self.ended):
+            for key in [k for k in held if k[0] in gone]:
+                del held[key]
         self.chained = {k for k in self.chained if k[0] not in gone}

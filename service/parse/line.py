@@ -310,6 +310,12 @@ def _maybe_exception(msg: str) -> bool:
     return " " not in head and head.endswith(_EXC_WORDS)
 
 
+# libstdc++'s verbose terminate handler prints an uncaught C++ exception (TensorRT-LLM, ONNX
+# Runtime, c10, ggml, TGI's shards ...) as "terminate called after throwing an instance of
+# 'T'" and then, indented, "  what():  <its text>": that text is the failure, not source code.
+_WHAT = "what():"
+
+
 def _classify_other(line: Line) -> None:
     msg = line.message
     c = msg[0] if msg else ""
@@ -322,6 +328,9 @@ def _classify_other(line: Line) -> None:
         e = _EXCEPTION.match(bare) if _maybe_exception(bare) else None
         if e and ":" in bare:  # "  RuntimeError: CUDA error: ..." pasted with an indent
             line.kind, line.exc, line.level, line.message = EXCEPTION, e.group("exc"), "ERROR", bare
+            return
+        if bare.startswith(_WHAT):  # a C++ exception's text after "terminate called ..."
+            line.level, line.message = "ERROR", bare
             return
         line.kind = CODE
         return
@@ -378,5 +387,5 @@ def _classify_other(line: Line) -> None:
     if e:
         line.kind, line.exc, line.level = EXCEPTION, e.group("exc"), "ERROR"
         return
-    if line.level is None and _PLAIN_LEVEL.search(msg[:80]):
+    if line.level is None and (msg.startswith(_WHAT) or _PLAIN_LEVEL.search(msg[:80])):
         line.level = "ERROR"
