@@ -252,6 +252,8 @@ class Findings:
         and what the failing line itself shows (a request, its logger's file); else a
         per-category default."""
         said = self.rules.stage_evidence(line.message, line.fileinfo) if line else None
+        if hint is None and line is not None:  # a message only mapped functions raise
+            hint = self.rules.frames.raised_stage(line.message)
         if said == "container":  # the container runtime refused: that rung, whatever failed
             return said, "evidence"
         if fixed:  # the rule's rung, unless the failing line's own words name another

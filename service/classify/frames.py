@@ -6,6 +6,8 @@ what the frames of one traceback (a chain of blocks) say together.
 * A ``serving`` frame only when no start-up frame is in the block: V0's ``profile_run``
   runs ``execute_model``, V1's data-parallel ranks run ``_dummy_run`` while serving.
 * Wrappers (executors, RPC, decorators, entry points) are not in the map: they never hint.
+* A message only mapped functions raise (``raised:``) places its line like their frames
+  would, when the log has no traceback.
 * In a chain ("The above exception was the direct cause ...", "During handling ..."), the
   block that raised first decides when it hinted anything; the later blocks only when not.
 """
@@ -37,6 +39,7 @@ class FrameMap:
         for entry in rules.frames:
             self.by_func.setdefault(entry.func, []).append(entry)
         self.wrappers = frozenset(w.func for w in rules.wrappers)
+        self.raised = [(re.compile(r.pattern), r.stage) for r in rules.raised]
 
     def stage_of(self, func: str | None, path: str | None) -> FrameStage | None:
         """The rung a frame of ``func`` in file ``path`` hints, or None."""
@@ -45,6 +48,11 @@ class FrameMap:
                 continue
             return FrameStage(entry.stage, bool(path and self.engine_paths.search(path)))
         return None
+
+    def raised_stage(self, message: str) -> str | None:
+        """The rung of a message only mapped functions raise (``raised:``), or None."""
+        head = message[:2000]
+        return next((stage for pattern, stage in self.raised if pattern.search(head)), None)
 
 
 @dataclass(slots=True)

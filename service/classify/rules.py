@@ -193,14 +193,36 @@ class Wrapper(BaseModel):
     note: str = ""
 
 
+class Raised(BaseModel):
+    """A message only mapped functions raise: the line places itself like their frames."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str
+    stage: str
+    raised_in: list[str]
+    versions: str
+    example: str
+    example_from: str
+
+    @field_validator("stage")
+    @classmethod
+    def _known_stage(cls, v: str) -> str:
+        if v not in STAGES:
+            raise ValueError(f"unknown stage {v!r} in frames.yaml")
+        return v
+
+
 class FrameRules(BaseModel):
-    """``rules/frames.yaml``: the frame map, the engines' own paths, the wrappers."""
+    """``rules/frames.yaml``: the frame map, the engines' own paths, the wrappers, the
+    messages that place themselves."""
 
     model_config = ConfigDict(extra="forbid")
 
     engine_paths: str  # a frame whose path matches is the engine's own code
     frames: list[FrameEntry]
     wrappers: list[Wrapper]
+    raised: list[Raised] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _wrappers_hint_nothing(self) -> FrameRules:
