@@ -54,6 +54,7 @@ class RunState:
     waiting: Waiting | None = None
     stats: ServingStats | None = None
     api_pid: int | None = None  # the API server's process
+    ready: bool = False  # the run's ready marker was seen: a failure now is a request's
 
 
 @dataclass(slots=True)
@@ -129,6 +130,7 @@ def run_state_of(extra: StreamExtra) -> RunState:
         waiting=Waiting(w["template"], w["stage"], w["count"], w.get("first")) if w else None,
         stats=None if s is None else _stats_of(s),
         api_pid=extra.get("api_pid"),
+        ready=extra.get("ready", False),
     )
 
 
@@ -181,6 +183,8 @@ def extra_of(
         )
     if run.api_pid is not None:
         out["api_pid"] = run.api_pid
+    if run.ready:
+        out["ready"] = True
     if pod_life.ended is not None or pod_life.created is not None:
         out["pod_life"] = pod_life.to_dict()
     if last_failure is not None:

@@ -126,6 +126,7 @@ class Line:
     rank: int | None = None
     fileinfo: str | None = None
     func: str | None = None  # traceback frame function
+    path: str | None = None  # traceback frame file
     exc: str | None = None  # exception type of an EXCEPTION line
     repeated: int = 1
 
@@ -285,7 +286,7 @@ def _refine_payload(line: Line) -> None:
     if c == " " or c == "\t":
         f = _FRAME.match(msg)
         if f:
-            line.kind, line.func = FRAME, f.group("func")
+            line.kind, line.func, line.path = FRAME, f.group("func"), f.group("path")
         elif msg.strip():
             line.kind = CODE
         return
@@ -322,7 +323,7 @@ def _classify_other(line: Line) -> None:
     if c in " \t":
         f = _FRAME.match(msg)
         if f:
-            line.kind, line.func = FRAME, f.group("func")
+            line.kind, line.func, line.path = FRAME, f.group("func"), f.group("path")
             return
         bare = msg.lstrip()
         e = _EXCEPTION.match(bare) if _maybe_exception(bare) else None
