@@ -310,7 +310,6 @@ def test_silence_from_an_incident_then_expire_it(fresh: TestClient) -> None:
             "value_node": "gpu-node-1",
             "duration": "4h",
             "comment": "KV rollout",
-            "created_by": "me",
         },
     )
     assert r.status_code == 303 and "done=silenced" in r.headers["location"]

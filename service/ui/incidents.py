@@ -204,7 +204,9 @@ def incident_page(request: Request, incident_id: str) -> Response:
         inc=inc,
         extra=extra,
         playbook=extra.get("playbook") or {},
-        ladder=present.ladder(inc),
+        ladder=present.ladder(
+            {"stage": inc["stage"], "status": inc["status"], "timeline": inc["stages"]}
+        ),
         facts=present.facts_rows(inc.get("facts") or {}, inc.get("meta")),
         changed=extra.get("changed_since_last_good") or {},
         deliveries=deliveries,

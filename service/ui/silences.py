@@ -19,11 +19,11 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
 from service import labels
-from service.api.schemas import SilenceRequest
+from service.api.silence_schemas import SilenceRequest
 from service.notify.silences import SilencePreview, preview
 from service.store.views import IncidentView
-from service.ui import data, present
-from service.ui.forms import read_form, writing_form
+from service.ui import present
+from service.ui.forms import read_form, writer, writing_form
 from service.ui.page import denied_read, redirect, render, store
 
 router = APIRouter()
@@ -133,7 +133,6 @@ async def create_silence(request: Request) -> Response:
             matchers=matchers,
             duration=str(form.get("duration") or "2h"),
             comment=str(form.get("comment") or "").strip() or "silenced from the dashboard",
-            created_by=str(form.get("created_by") or "").strip()[:200] or "dashboard",
             cluster_wide=bool(form.get("cluster_wide")),
         )
     except ValidationError as exc:
@@ -142,16 +141,17 @@ async def create_silence(request: Request) -> Response:
             for e in exc.errors(include_url=False, include_input=False)
         )
         return redirect(request, "/ui/silences", error=msg[:300], **back)
-    db = store(request)
+    db, who = store(request), writer(request)
     new = body.resolved()
     try:
         await anyio.to_thread.run_sync(
             lambda: db.create_silence(
                 new.matchers,
                 new.ends_at,
-                created_by=new.created_by,
+                by=who,
                 comment=new.comment,
                 starts_at=new.starts_at,
+                incident_id=incident or None,
             )
         )
     except ValueError as exc:
@@ -164,6 +164,6 @@ async def expire_silence(request: Request, silence_id: str) -> Response:
     form = await writing_form(request)
     if isinstance(form, Response):
         return form
-    db = store(request)
-    await anyio.to_thread.run_sync(lambda: data.expire_silence(db, silence_id, time.time()))
+    db, who = store(request), writer(request)
+    await anyio.to_thread.run_sync(lambda: db.delete_silence(silence_id, who))
     return redirect(request, "/ui/silences", done="expired")
