@@ -28,6 +28,7 @@ from service.api.routers import (
     otlp,
     quarantine,
     silences,
+    slack,
     stats,
     streams,
 )
@@ -111,6 +112,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         classify,
         health,
         quarantine,
+        slack,
     ):
         app.include_router(module.router)
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
