@@ -36,6 +36,7 @@ FILTERS = {
     "pod": "pod",
     "stream": "stream",
     "fleet": "fleet_id",
+    "q": "q",
 }
 MAX_STREAMS = 300  # each snapshot is read whole (its open incidents included)
 MAX_FLEETS = 200
