@@ -417,3 +417,17 @@ def test_the_silence_form_keeps_what_was_typed(fresh: TestClient) -> None:
     )
     got = fresh.get(f"/silences/{s['id']}").json()
     assert got["comment"] == "OPS-43" and got["ends_at"] == pytest.approx(s["ends_at"] + 7200)
+
+
+def test_cascades_are_shown_as_cascades_of_the_root_cause(client: TestClient) -> None:
+    """A related line the root cause brought about reads as its cascade, not as a second
+    failure of the category its own rule names (issue #28)."""
+    inc = next(i for i in critical(client) if i["category"] == "oom_kv_cache")
+    cascades = [r for r in inc["related"] if r["role"] in ("cascade", "symptom")]
+    assert cascades, inc["related"]
+    html = client.get(f"/ui/incidents/{inc['id']}").text
+    rows = re.findall(r'<tr class="role-(?:cascade|symptom)"><td>(.*?)</td>', html)
+    assert rows and all(
+        re.sub(r"<[^>]+>", "", r) in ("cascade of oom_kv_cache", "symptom of oom_kv_cache")
+        for r in rows
+    ), rows

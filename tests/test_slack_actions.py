@@ -198,3 +198,34 @@ def test_the_message_has_the_buttons_slack_sends_back() -> None:
     msg = slack.message(acked)
     assert msg["text"].startswith("[ACKNOWLEDGED by bob]")
     assert "ack" not in [e["action_id"] for e in msg["blocks"][-1]["elements"]]
+
+
+def test_a_cascade_in_slack_is_a_cascade_of_the_root_cause() -> None:
+    body = Incident(
+        id="c1",
+        stream="s",
+        run=1,
+        primary=Finding(
+            tier="capacity",
+            category="oom_kv_cache",
+            stage="kv_cache_init",
+            confidence=0.95,
+            method="signature",
+            rule="kv",
+            line="ValueError: no room",
+        ),
+        related=[
+            Finding(
+                tier="integration",
+                category="gpu_not_visible",
+                stage="kv_cache_init",
+                confidence=0.6,
+                method="signature",
+                rule="engine-init-failed-cascade",
+                line="RuntimeError: Engine core initialization failed.",
+                role="cascade",
+            )
+        ],
+    ).to_dict()
+    text = json.dumps(slack.message(Alert("opened", body, 1, "https://x"))["blocks"])
+    assert "cascade of oom_kv_cache" in text and "gpu_not_visible" not in text

@@ -9,7 +9,7 @@ from typing import Any
 
 from service.config import ReceiverSettings
 from service.incidents.codec import JsonObject
-from service.incidents.incident_json import IncidentExtra
+from service.incidents.incident_json import IncidentExtra, RelatedFinding
 from service.notify.alert import Alert, HttpRequest, cut, fleet_of, where_it_ran
 
 MAX_BLOCKS = 50
@@ -105,10 +105,7 @@ def message(alert: Alert, note: str | None = None) -> JsonObject:
                     {
                         "type": "mrkdwn",
                         "text": cut(
-                            "Also seen: "
-                            + ", ".join(
-                                f"{_esc(r['category'])} ({_esc(r['role'])})" for r in related
-                            ),
+                            "Also seen: " + ", ".join(_also(r, s["category"]) for r in related),
                             SECTION_MAX,
                         ),
                     }
@@ -163,6 +160,14 @@ def _button(text: str, action_id: str, value: str, style: str | None = None) -> 
     if style:
         b["style"] = style
     return b
+
+
+def _also(r: RelatedFinding, cause: str) -> str:
+    """A related line: a cascade (or symptom) of the root cause is said so, never named by
+    a category of its own (an engine that failed to start is not a second failure)."""
+    if r.get("role") in ("cascade", "symptom"):
+        return f"{_esc(r['role'])} of {_esc(cause)} (`{_esc(r.get('rule') or '')}`)"
+    return f"{_esc(r['category'])} ({_esc(r.get('role'))})"
 
 
 def _esc(text: Any) -> str:
