@@ -12,16 +12,20 @@
 # and passed as `--config /etc/vllm-sentinel/sentinel.yaml` (the container's args).
 
 # Stage 1: the wheel. The build context is an allow-list (.dockerignore): pyproject.toml,
-# setup.py, README, service/, rules/, models/. The wheel ships rules/ and models/ as the data
+# setup.py, README, service/, rules/, models/, deploy/constraints.txt. The wheel ships rules/ and models/ as the data
 # packages vllm_sentinel_data.rules / .models (found with importlib.resources at run time).
-FROM python:3.11-slim AS wheel
+# The base image is pinned to an exact release (the interpreter the tests run on); pin its
+# digest too where you build (`docker buildx imagetools inspect python:3.11.7-slim-bookworm`
+# prints it: FROM python:3.11.7-slim-bookworm@sha256:<digest>).
+FROM python:3.11.7-slim-bookworm AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY . /src
 RUN pip wheel --no-deps -w /dist /src
 
 # Stage 2: the image, the wheel installed into site-packages (no source tree, no scikit-learn:
-# training is the [train] extra).
-FROM python:3.11-slim
+# training is the [train] extra), its dependencies at the exact versions of
+# deploy/constraints.txt (the ones the tests ran against).
+FROM python:3.11.7-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -29,8 +33,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 COPY --from=wheel /dist /tmp/dist
-RUN pip install /tmp/dist/vllm_sentinel-*.whl \
- && rm -rf /tmp/dist \
+COPY deploy/constraints.txt /tmp/constraints.txt
+RUN pip install -c /tmp/constraints.txt /tmp/dist/vllm_sentinel-*.whl \
+ && rm -rf /tmp/dist /tmp/constraints.txt \
  && groupadd --system --gid 10001 sentinel \
  && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/vllm-sentinel \
             --shell /usr/sbin/nologin sentinel \

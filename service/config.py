@@ -19,7 +19,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    IPvAnyNetwork,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from service.shipped import shipped_dir
@@ -91,12 +98,39 @@ def check_secret(value: str | None) -> str | None:
     return value
 
 
+class ApiUser(Section):
+    """A named user: its bearer token and role; its writes are recorded under ``name``."""
+
+    name: str = Field(..., min_length=1, max_length=100)
+    token: str
+    role: Literal["read", "write"] = "write"
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        if value != value.strip() or not value.isprintable():
+            raise ValueError("a user's name has no surrounding spaces or control characters")
+        return value
+
+    @field_validator("token")
+    @classmethod
+    def _no_blank_token(cls, value: str) -> str:
+        return check_secret(value) or value
+
+
 class ApiSettings(Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)  # (0: any free port, for tests)
     token: str | None = None  # bearer token for writes and ingest; None = no auth (dev only)
     read_token: str | None = None  # optional bearer token for reads as well
     allow_unauthenticated: bool = False  # permit no token on a non-loopback host (not advised)
+    # named users; api.token stays valid as the actor "token". A request from a trusted proxy
+    # (CIDRs) naming a user in user_header is that user (role: its api.users entry's, else
+    # proxy_role). See service/api/actors.py.
+    users: list[ApiUser] = Field(default_factory=list)
+    trusted_proxies: list[IPvAnyNetwork] = Field(default_factory=list)
+    user_header: str = Field("X-Forwarded-User", min_length=1)
+    proxy_role: Literal["read", "write"] = "write"
     # listener bounds (SECURITY.md): open connections (past it the oldest idle one is
     # closed; kept below the descriptor limit), requests at once (503 beyond; the probes
     # always pass), seconds a connection may go without a request (slow or no headers),
@@ -119,6 +153,13 @@ class ApiSettings(Section):
     @classmethod
     def _no_blank_token(cls, value: str | None) -> str | None:
         return check_secret(value)
+
+    @model_validator(mode="after")
+    def _unique_users(self) -> ApiSettings:
+        tokens = [u.token for u in self.users] + [t for t in (self.token, self.read_token) if t]
+        if len({u.name for u in self.users}) < len(self.users) or len(set(tokens)) < len(tokens):
+            raise ValueError("api.users: every name and every token must be unique")
+        return self
 
 
 class StoreSettings(Section):
@@ -209,6 +250,20 @@ def default_external_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+class SlackAppSettings(Section):
+    """The Slack app whose buttons post to ``POST /slack/actions`` (no signing secret: 404),
+    and the hosts a button's ``response_url`` may name (the message is updated there)."""
+
+    signing_secret: str | None = None
+    response_url_hosts: list[str] = Field(default_factory=lambda: ["hooks.slack.com"])
+    max_age_s: float = Field(300.0, gt=0)  # older requests are refused (replays)
+
+    @field_validator("signing_secret")
+    @classmethod
+    def _no_blank_secret(cls, value: str | None) -> str | None:
+        return check_secret(value)
+
+
 class NotifySettings(Section):
     group_wait_s: float = 1.0  # wait this long after a change so late root-cause lines coalesce
     max_attempts: int = 0  # 0 = retry forever (with backoff); alerts are never dropped
@@ -217,6 +272,7 @@ class NotifySettings(Section):
     # base URL of the API for links in notifications; unset: http://<api.host>:<api.port>
     # (a wildcard host reads as 127.0.0.1, which ``check-config`` flags)
     external_url: str = "http://127.0.0.1:8080"
+    slack: SlackAppSettings = Field(default_factory=lambda: SlackAppSettings())
 
 
 class StallSettings(Section):

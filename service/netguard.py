@@ -58,7 +58,7 @@ def check_auth_config(api: ApiSettings) -> None:
     for name in ("token", "read_token"):
         if blank(getattr(api, name)):
             raise InsecureConfigError(f"api.{name} is empty or whitespace only")
-    if api.token:
+    if api.token or getattr(api, "users", None):
         if api.read_token is None:
             if is_loopback(api.host):
                 log.info("API: writes and ingest need the bearer token; reads are open")

@@ -169,7 +169,8 @@ def test_the_deployment_runs_replicas_safely() -> None:
 def test_the_dockerfile_is_slim_non_root_and_probes_healthz() -> None:
     text = (ROOT / "Dockerfile").read_text()
     stages = re.findall(r"^FROM (\S+)(?: AS (\S+))?$", text, flags=re.M)
-    assert stages == [("python:3.11-slim", "wheel"), ("python:3.11-slim", "")]
+    base = "python:3.11.7-slim-bookworm"  # an exact release (tests/test_dockerfile.py)
+    assert stages == [(base, "wheel"), (base, "")]
     assert "COPY --from=wheel /dist" in text and "pip install -e" not in text
     assert "USER 10001" in text and "EXPOSE 8080 24224" in text
     assert "/healthz" in text and "curl" not in text.split("HEALTHCHECK", 1)[1]

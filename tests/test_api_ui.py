@@ -9,6 +9,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from fastapi.testclient import TestClient
@@ -310,7 +311,6 @@ def test_silence_from_an_incident_then_expire_it(fresh: TestClient) -> None:
             "value_node": "gpu-node-1",
             "duration": "4h",
             "comment": "KV rollout",
-            "created_by": "me",
         },
     )
     assert r.status_code == 303 and "done=silenced" in r.headers["location"]
@@ -319,8 +319,9 @@ def test_silence_from_an_incident_then_expire_it(fresh: TestClient) -> None:
     assert 3.9 * 3600 < s["ends_at"] - time.time() <= 4 * 3600
     assert "KV rollout" in fresh.get("/ui/silences").text
     # a silence without matchers is refused, with the reason shown
-    r = fresh.post("/ui/silences", data={"csrf": token, "comment": "all"})
-    assert r.status_code == 200 and "at least one matcher" in r.text
+    r = fresh.post("/ui/silences", data={"csrf": token, "comment": "all", "duration": "8h"})
+    assert r.status_code == 422 and "at least one matcher" in r.text
+    assert 'value="all"' in r.text and '<option value="8h" selected>' in r.text  # kept
     r = fresh.post(f"/ui/silences/{s['id']}/expire", data={"csrf": token}, follow_redirects=False)
     assert r.status_code == 303
     assert fresh.get("/silences", params={"active": "true"}).json() == []
@@ -371,3 +372,62 @@ def test_a_pasted_log_is_classified_and_shown_back_without_its_secrets(
     assert leaked(html) == [] and "REDACTED" in html
     api = client.post("/classify", content=text.encode(), headers={"Content-Type": "text/plain"})
     assert api.status_code == 200 and leaked(api.text) == []
+
+
+def test_the_silence_form_keeps_what_was_typed(fresh: TestClient) -> None:
+    """A preview, and a trip through the sign-in page, give the form back as it was filled
+    in: matchers, duration, reason, the incident it came from (issue #28)."""
+    inc = critical(fresh)[0]
+    token = csrf_of(fresh.get("/ui/silences", params={"incident": inc["id"]}).text)
+    typed = {
+        "csrf": token,
+        "incident": inc["id"],
+        "use_namespace": "1",
+        "value_namespace": "llm-prod",
+        "use_pod": "1",
+        "value_pod": "llama-*",
+        "duration": "4h",
+        "comment": "rolling the driver, OPS-42",
+    }
+    seen = fresh.post("/ui/silences/preview", data=typed).text
+    assert 'value="rolling the driver, OPS-42"' in seen
+    assert '<option value="4h" selected>' in seen
+    assert f'name="incident" value="{inc["id"]}"' in seen
+    assert 'value="llama-*"' in seen
+    # not signed in: to the sign-in page, and back to the same form
+    r = fresh.post("/ui/silences", data=typed, follow_redirects=False)
+    assert r.status_code == 303 and "/ui/login" in r.headers["location"]
+    back = parse_qs(urlsplit(r.headers["location"]).query)["next"][0]
+    assert back.startswith("/ui/silences?")
+    login(fresh, WRITE_TOKEN)
+    page = fresh.get(back.split("#")[0]).text
+    assert 'value="rolling the driver, OPS-42"' in page
+    assert '<option value="4h" selected>' in page and 'value="llama-*"' in page
+    assert fresh.get("/silences", params={"active": "true"}).json() == []  # nothing made yet
+    r = fresh.post("/ui/silences", data={**typed, "csrf": csrf_of(page)}, follow_redirects=False)
+    assert r.status_code == 303 and "done=silenced" in r.headers["location"]
+    (s,) = fresh.get("/silences", params={"active": "true"}).json()
+    assert s["comment"] == "rolling the driver, OPS-42" and s["created_by"] == "token"
+    assert 3.9 * 3600 < s["ends_at"] - time.time() <= 4 * 3600
+    # extend and edit from the page, as the signed-in user
+    r = fresh.post(f"/ui/silences/{s['id']}/extend", data={"csrf": csrf_of(page), "duration": "2h"})
+    assert r.status_code == 200
+    r = fresh.post(
+        f"/ui/silences/{s['id']}/edit", data={"csrf": csrf_of(page), "comment": "OPS-43"}
+    )
+    got = fresh.get(f"/silences/{s['id']}").json()
+    assert got["comment"] == "OPS-43" and got["ends_at"] == pytest.approx(s["ends_at"] + 7200)
+
+
+def test_cascades_are_shown_as_cascades_of_the_root_cause(client: TestClient) -> None:
+    """A related line the root cause brought about reads as its cascade, not as a second
+    failure of the category its own rule names (issue #28)."""
+    inc = next(i for i in critical(client) if i["category"] == "oom_kv_cache")
+    cascades = [r for r in inc["related"] if r["role"] in ("cascade", "symptom")]
+    assert cascades, inc["related"]
+    html = client.get(f"/ui/incidents/{inc['id']}").text
+    rows = re.findall(r'<tr class="role-(?:cascade|symptom)"><td>(.*?)</td>', html)
+    assert rows and all(
+        re.sub(r"<[^>]+>", "", r) in ("cascade of oom_kv_cache", "symptom of oom_kv_cache")
+        for r in rows
+    ), rows

@@ -17,6 +17,7 @@ from service.config import NotifySettings, ReceiverSettings
 from service.notify.dispatcher import Dispatcher
 from service.store import Store
 from service.store.identity import default_instance_id
+from service.store.people import Who
 from tests.delivery_support import incident_body, write_change
 from tests.receiver import Receiver
 from tests.test_notify_dispatcher import all_settled, delivery_rows, wait_until
@@ -191,7 +192,7 @@ def test_a_silence_never_swallows_a_resolution(store: Store, rx: Receiver) -> No
         d.wake()
         assert wait_until(lambda: len(rx.accepted()) == 2)
         silence = store.create_silence(
-            {"namespace": ["prod"]}, time.time() + 600, "alice", "maintenance"
+            {"namespace": ["prod"]}, time.time() + 600, Who("alice", "user"), "maintenance"
         )
         d.silences.invalidate()
         write_change(store, incident_body(0, prefix="a", namespace="prod"), "updated")

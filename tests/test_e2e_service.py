@@ -298,7 +298,6 @@ def test_unauthenticated_writes_are_refused(
         "json": {
             "matchers": {"namespace": [NS]},
             "ends_at": time.time() + 600,
-            "created_by": "e2e",
             "comment": "maintenance",
         }
     }

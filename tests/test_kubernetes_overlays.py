@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -149,3 +150,34 @@ def test_monitoring_adds_the_operator_objects_to_replicated() -> None:
         monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     )
     assert monitor["spec"]["endpoints"][0]["port"] in {p["name"] for p in service["spec"]["ports"]}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_example_secret_has_every_key_the_overlay_needs(overlay: str) -> None:
+    """Every Secret key an overlay reads (not marked optional) is in secret.example.yaml."""
+    secret = yaml.safe_load((KUBE / "secret.example.yaml").read_text())
+    have = set(secret["stringData"])
+    needed = {
+        e["valueFrom"]["secretKeyRef"]["key"]
+        for e in container(render(overlay)).get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+        and not e["valueFrom"]["secretKeyRef"].get("optional")
+    }
+    assert needed <= have, needed - have
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_a_port_is_declared_only_where_it_is_served(overlay: str, tmp_path: Path) -> None:
+    docs = render(overlay)
+    settings = settings_of(docs, tmp_path)
+    ports = {p["name"] for p in container(docs).get("ports", [])}
+    assert ("forward" in ports) is (settings.sources.forward is not None), ports
+
+
+def test_every_file_the_kubernetes_comments_name_exists() -> None:
+    named = {
+        m
+        for f in KUBE.rglob("*.yaml")
+        for m in re.findall(r"deploy/[A-Za-z0-9_./-]+\.(?:yaml|md|sh)", f.read_text())
+    }
+    assert named and not [m for m in named if not (ROOT / m).exists()]

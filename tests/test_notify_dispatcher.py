@@ -23,6 +23,7 @@ from service.notify.dispatcher import Dispatcher
 from service.notify.webhook import verify_signature
 from service.pipeline import Pipeline
 from service.store import Store
+from service.store.people import Who
 from service.store.schema import deliveries, outbox
 from tests.receiver import Receiver, Request
 from tests.test_store import (
@@ -317,7 +318,9 @@ def test_two_dispatcher_processes_on_one_postgres(tmp_path: Path, rx: Receiver) 
 
 
 def test_silences_suppress_then_expire(store: Store, rx: Receiver) -> None:
-    store.create_silence({"namespace": ["prod"]}, time.time() + 1.5, "alice", "maintenance")
+    store.create_silence(
+        {"namespace": ["prod"]}, time.time() + 1.5, Who("alice", "user"), "maintenance"
+    )
     d = dispatcher(store, [hook(rx)])
     p = pipeline(store, router=d.router, on_commit=d.wake)
     log = REAL / "bad-dtype.cri.log"

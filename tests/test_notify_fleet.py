@@ -27,6 +27,7 @@ from service.pipeline import Pipeline
 from service.records import LogRecord
 from service.sources.files import read_files
 from service.store import Store
+from service.store.people import Who
 from service.store.schema import deliveries, incidents, outbox
 from tests.receiver import Receiver
 from tests.test_store import REAL, _rulebook, k8s, kafka_records, pipeline
@@ -502,7 +503,9 @@ def test_fleet_resolved_by_hand_pages_its_resolution(
 def test_a_silence_on_the_fleet_silences_it_and_the_pods_stay_inhibited(
     store: Store, rx: Receiver, clock: Clock, stopper: list[Dispatcher]
 ) -> None:
-    store.create_silence({"stream": ["fleet/*"]}, clock() + 3600, "alice", "driver rollout")
+    store.create_silence(
+        {"stream": ["fleet/*"]}, clock() + 3600, Who("alice", "user"), "driver rollout"
+    )
     d = fleet_dispatcher(store, [hook(rx)], clock, group_wait_s=0.0)
     stopper.append(d)
     p = pipeline(store, router=d.router, clock=clock)

@@ -27,6 +27,7 @@ from service.records import LogRecord, Position
 from service.sources.files import read_files
 from service.store import Store
 from service.store.migrate import current_revision, head_revision
+from service.store.people import Who
 from service.store.schema import outbox
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -157,9 +158,9 @@ def test_migrations_are_versioned_and_idempotent(db_url: str) -> None:
     s = Store(db_url)
     s.migrate()
     s.migrate()
-    assert current_revision(s.engine) == head_revision() == "0006"
+    assert current_revision(s.engine) == head_revision() == "0007"
     with s.engine.connect() as conn:
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
     s.close()
 
 
@@ -184,7 +185,7 @@ def test_instances_starting_together_migrate_once(db_url: str) -> None:
         t.join()
     assert errors == []
     s = Store(db_url)
-    assert current_revision(s.engine) == "0006"
+    assert current_revision(s.engine) == "0007"
     s.close()
 
 
@@ -258,15 +259,16 @@ def test_resolve_by_hand_enqueues_one_resolution(store: Store) -> None:
     p.process(recs, "kafka")
     (inc,), _ = store.list_incidents()
     before = count_outbox(store)
-    done = store.resolve_incident(inc["id"], "fixed the flag", at=time.time())
+    done = store.resolve_incident(inc["id"], "fixed the flag", at=time.time(), by=ALICE)
     assert done is not None
     assert done["status"] == "resolved" and done["resolution"] == "fixed the flag"
-    assert done["version"] == inc["version"] + 1 and done["extra"]["resolved_by"] == "api"
+    assert done["version"] == inc["version"] + 1 and done["extra"]["resolved_by"] == "alice"
+    assert [(e["by"], e["action"]) for e in done["timeline"]][-1] == ("alice", "resolved")
     assert count_outbox(store) == before + 1
     again = store.resolve_incident(inc["id"], "twice", at=time.time())
     assert again is not None and again["version"] == done["version"]
     assert count_outbox(store) == before + 1
-    assert store.resolve_incident("unknown", "x", at=time.time()) is None
+    assert store.resolve_incident("unknown", Who("x", "user"), at=time.time()) is None
     assert store.stream("ns/a/vllm")["open_incidents"] == []
     # the classifier still had it open in memory: later lines must not revive it
     more = kafka_records(REAL / "bad-dtype.cri.log", stream="ns/a/vllm", start=len(recs))
@@ -275,24 +277,33 @@ def test_resolve_by_hand_enqueues_one_resolution(store: Store) -> None:
     assert all(i.id != inc["id"] for st in p.tracker.streams.values() for i in st.incidents)
 
 
+ALICE = Who("alice", "user")
+
+
 # ---- silences and feedback -----------------------------------------------------------------
 def test_silences_create_list_expire_delete(store: Store) -> None:
     now = time.time()
     live = store.create_silence(
-        {"namespace": ["prod"], "tier": "capacity"}, now + 60, "alice", "node drain"
+        {"namespace": ["prod"], "tier": "capacity"}, now + 60, Who("alice", "user"), "node drain"
     )
-    store.create_silence({"category": ["oom_runtime"]}, now + 10, "bob", "later", starts_at=now + 5)
-    store.create_silence({"pod": ["p-*"]}, now - 1, "carol", "over", starts_at=now - 60)
+    store.create_silence(
+        {"category": ["oom_runtime"]}, now + 10, Who("bob", "user"), "later", starts_at=now + 5
+    )
+    store.create_silence(
+        {"pod": ["p-*"]}, now - 1, Who("carol", "user"), "over", starts_at=now - 60
+    )
     assert live["matchers"] == {"namespace": ["prod"], "tier": ["capacity"]} and live["active"]
     assert len(store.list_silences()) == 3
     assert [s["id"] for s in store.list_silences(active_only=True)] == [live["id"]]
     assert store.delete_silence(live["id"]) and not store.delete_silence(live["id"])
     with pytest.raises(ValueError):
-        store.create_silence({"colour": ["red"]}, now + 60, "x", "unknown field")
+        store.create_silence({"colour": ["red"]}, now + 60, Who("x", "user"), "unknown field")
     with pytest.raises(ValueError):
-        store.create_silence({}, now + 60, "x", "empty")
+        store.create_silence({}, now + 60, Who("x", "user"), "empty")
     with pytest.raises(ValueError):
-        store.create_silence({"tier": ["capacity"]}, now - 60, "x", "ends before it starts")
+        store.create_silence(
+            {"tier": ["capacity"]}, now - 60, Who("x", "user"), "ends before it starts"
+        )
 
 
 def test_feedback(store: Store) -> None:
@@ -362,3 +373,43 @@ def test_commit_batch_latency_500_records(store: Store, capsys: pytest.CaptureFi
             f"max {max(timings[1:]) * 1000:.1f} ms"
         )
     assert med < 2.0
+
+
+def test_people_and_search_on_both_databases(store: Store) -> None:
+    """Acknowledge (a new version and its outbox event, once), assign, notes, the audit
+    record and ``q`` behave the same on SQLite and PostgreSQL."""
+    recs = kafka_records(
+        REAL / "kv-cache-too-small.cri.log", stream="prod/llama-0/vllm", meta=k8s("prod", "llama-0")
+    )
+    pipeline(store).process(recs, "kafka")
+    (inc,), _ = store.list_incidents(q="LLAMA-0 kv_cache")
+    assert store.list_incidents(q="llama-0 dtype")[0] == []
+    assert store.list_incidents(q="_%")[0] == []
+    before = count_outbox(store)
+    acked = store.acknowledge(inc["id"], ALICE)
+    assert acked is not None and acked["acknowledged_by"] == "alice"
+    assert acked["version"] == inc["version"] + 1 and count_outbox(store) == before + 1
+    again = store.acknowledge(inc["id"], Who("bob", "user"))
+    assert again is not None and again["acknowledged_by"] == "alice"
+    assert count_outbox(store) == before + 1
+    store.assign(inc["id"], "bob", ALICE)
+    store.add_note(inc["id"], "on it", Who("bob", "slack"))
+    got = store.get_incident(inc["id"])
+    assert got is not None and got["assignee"] == "bob"
+    assert [(e["by"], e["action"]) for e in got["timeline"]][1:] == [
+        ("alice", "acknowledged"),
+        ("alice", "assigned"),
+        ("bob", "note"),
+    ]
+    assert [(a["actor"], a["via"], a["action"]) for a in store.audit()] == [
+        ("bob", "slack", "note"),
+        ("alice", "user", "assign"),
+        ("alice", "user", "ack"),
+    ]
+    # the pipeline's later writes keep what people did
+    more = kafka_records(
+        REAL / "kv-cache-too-small.cri.log", stream="prod/llama-0/vllm", start=len(recs)
+    )
+    pipeline(store).process(more, "kafka")
+    kept = store.get_incident(inc["id"])
+    assert kept is not None and (kept["assignee"], kept["acknowledged_by"]) == ("bob", "alice")

@@ -6,8 +6,10 @@ What on-call does at 3 a.m.: filter the list (and watch it refresh by itself), o
 incident and read the failed rung of the startup ladder, sign in, silence similar incidents
 and see the next matching alert not page, expire the silence, paste a log and read the
 verdict; every page is also read with JavaScript off, and checked with axe-core (no serious
-or critical violation). Screenshots of each page at 1280x800 go to docs/screenshots/ (or
-``$SENTINEL_SCREENSHOTS``).
+or critical violation, its colour-contrast rule in dark and light mode alike), and at 390 px
+nothing scrolls sideways. Screenshots of each page at 1280x800 go to a temporary folder (its
+path is printed), or to ``$SENTINEL_SCREENSHOTS`` when set (``docs/screenshots`` to refresh
+the README's pictures): a test run never changes a tracked file.
 
 Playwright never downloads a browser here: it launches ``/usr/bin/chromium`` (Debian's
 ``chromium`` package, which .ci/run installs). Without that binary the module is skipped.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,7 +54,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: 
 
 TOKEN = "ui-write-token-0123456789abcdef"
 AXE = ROOT / "tests" / "assets" / "axe.min.js"
-SHOTS = Path(os.environ.get("SENTINEL_SCREENSHOTS") or ROOT / "docs" / "screenshots")
+SHOTS = Path(os.environ.get("SENTINEL_SCREENSHOTS") or tempfile.mkdtemp(prefix="sentinel-shots-"))
 VIEWPORT = {"width": 1280, "height": 800}
 KV = REAL / "kv-cache-too-small.cri.log"
 PORT_IN_USE = REAL / "port-in-use.cri.log"
@@ -169,9 +172,10 @@ def page(browser: Browser) -> Iterator[Page]:
     ctx.close()
 
 
-def shot(page: Page, name: str) -> None:
+def shot(page: Page, name: str, full_page: bool = False) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"))
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=full_page)
+    print(f"screenshot: {SHOTS / name}.png")
 
 
 def sign_in(page: Page) -> None:
@@ -279,7 +283,10 @@ def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
     # writing needs the token: the login form, then back to the silence form
     assert "/ui/login" in page.url and "why=write" in page.url
     sign_in(page)
-    assert "/ui/silences?incident=" in page.url
+    assert "/ui/silences?" in page.url and "incident=" in page.url
+    # back on the form as it was filled in (the reason was emptied before, issue #28)
+    expect(page.locator("#comment")).to_have_value("KV cache sizing change rolling out")
+    expect(page.locator("#value-namespace")).to_have_value("llm-silence")
     cookie = next(c for c in page.context.cookies() if c["name"] == "sentinel_token")
     assert cookie["httpOnly"] and cookie["secure"] and cookie["sameSite"] == "Lax"
     # preview first: what it hides, in this namespace only
@@ -288,14 +295,19 @@ def test_a_silence_made_from_an_incident_mutes_the_next_matching_alert(
     expect(page.locator(f"#silence-preview a[href$='{first['id']}']")).to_have_count(1)
     expect(page.locator("#silence-preview")).not_to_contain_text("every namespace")
     expect(page.locator("#value-namespace")).to_have_value("llm-silence")
-    page.fill("#comment", "KV cache sizing change rolling out")
-    page.fill("#created_by", "on-call")
+    expect(page.locator("#comment")).to_have_value("KV cache sizing change rolling out")
+    page.select_option("#duration", "4h")
+    page.click("#preview-silence")  # a second preview keeps the duration too
+    expect(page.locator("#duration")).to_have_value("4h")
     page.click("#create-silence")
     expect(page.locator("p.notice")).to_contain_text("Silence created")
     row = page.locator("#active-silences tbody tr")
     expect(row).to_have_count(1)
     expect(row).to_contain_text("category=oom_kv_cache")
     expect(row).to_contain_text("namespace=llm-silence")
+    expect(row).to_contain_text("token")  # who made it: the signed-in actor, never a typed name
+    silence = env.svc.http.get("/silences", params={"active": "true"}).json()[0]
+    assert 3.9 * 3600 < silence["ends_at"] - silence["starts_at"] <= 4 * 3600 + 5
 
     # the next matching failure is recorded but does not page
     env.ingest(KV, "llm-silence", "mistral-0", "gpu-a100-8")  # another workload, same failure
@@ -435,15 +447,13 @@ def axe_violations(page: Page) -> list[dict[str, Any]]:
     return list(result)
 
 
-def test_no_serious_accessibility_violation_on_any_page(env: Env, browser: Browser) -> None:
-    # the pages forbid inline scripts (CSP); the test's own axe-core is let in
-    ctx = browser.new_context(viewport=VIEWPORT, bypass_csp=True)
-    page = ctx.new_page()
+def every_page(env: Env) -> list[str]:
     kv = env.incident(namespace="llm-prod", category="oom_kv_cache")
     fleet = next(i for i in env.svc.incidents() if i["id"].startswith("fleet-"))
-    pages = [
+    return [
         "/ui/",
         "/ui/incidents?tier=capacity&range=24h",
+        "/ui/incidents?q=llama",
         f"/ui/incidents/{kv['id']}",
         f"/ui/incidents/{fleet['id']}",
         "/ui/fleets",
@@ -453,8 +463,19 @@ def test_no_serious_accessibility_violation_on_any_page(env: Env, browser: Brows
         "/ui/classify",
         "/ui/login",
     ]
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_no_serious_accessibility_violation_on_any_page(
+    env: Env, browser: Browser, scheme: str
+) -> None:
+    """axe-core on every page in both colour schemes: its colour-contrast rule (serious)
+    holds every text to 4.5:1 (3:1 when large) on what is really behind it."""
+    # the pages forbid inline scripts (CSP); the test's own axe-core is let in
+    ctx = browser.new_context(viewport=VIEWPORT, bypass_csp=True, color_scheme=scheme)  # type: ignore[arg-type]
+    page = ctx.new_page()
     found: dict[str, list[dict[str, Any]]] = {}
-    for path in pages:
+    for path in every_page(env):
         page.goto(env.base + path)
         found[path] = axe_violations(page)
     page.goto(env.base + "/ui/classify")
@@ -485,6 +506,45 @@ def _luminance(css: str) -> float:
 def _contrast(a: str, b: str) -> float:
     hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
     return (hi + 0.05) / (lo + 0.05)
+
+
+# what sticks out past the right edge (the innermost elements), to say why a page is too wide
+WIDEST = """() => [...document.querySelectorAll('body *')]
+    .filter(e => e.getBoundingClientRect().right > 391
+        && ![...e.children].some(c => c.getBoundingClientRect().right > 391))
+    .slice(0, 5).map(e => e.tagName + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))"""
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_at_390_px_the_list_is_cards_and_nothing_scrolls_sideways(
+    env: Env, browser: Browser, scheme: str
+) -> None:
+    ctx = browser.new_context(
+        viewport={"width": 390, "height": 844},
+        is_mobile=True,
+        color_scheme=scheme,  # type: ignore[arg-type]
+    )
+    page = ctx.new_page()
+    wide: dict[str, Any] = {}
+    try:
+        for path in every_page(env):
+            page.goto(env.base + path)
+            width = int(page.evaluate("document.documentElement.scrollWidth"))
+            if width > 390:
+                wide[path] = page.evaluate(WIDEST)
+        page.goto(env.base + "/ui/incidents")
+        card = page.locator("tr.inc").first
+        box = card.bounding_box()
+        assert box is not None and box["width"] <= 390
+        # a card: category, where (pod), age, the root cause's first line, all on the screen
+        for cell in ("td.fail-cell a.inc-link", "td.where", "td.nowrap", "td.line-cell code"):
+            b = card.locator(cell).bounding_box()
+            assert b is not None and b["x"] >= 0 and b["x"] + b["width"] <= 390, (cell, b)
+        expect(card.locator("td.stage-cell")).to_be_hidden()
+        shot(page, f"phone-list-{scheme}", full_page=True)
+    finally:
+        ctx.close()
+    assert not wide, f"wider than 390 px: {wide}"
 
 
 def test_on_a_phone_the_first_incident_is_on_the_first_screen(env: Env, browser: Browser) -> None:

@@ -24,9 +24,11 @@ from service.api.routers import (
     health,
     incidents,
     ingest,
+    oncall,
     otlp,
     quarantine,
     silences,
+    slack,
     stats,
     streams,
 )
@@ -100,7 +102,18 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         openapi_url="/openapi.json",
     )
     app.state.ctx = ctx
-    for module in (incidents, streams, stats, silences, feedback, classify, health, quarantine):
+    for module in (
+        incidents,
+        oncall,
+        streams,
+        stats,
+        silences,
+        feedback,
+        classify,
+        health,
+        quarantine,
+        slack,
+    ):
         app.include_router(module.router)
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)
         app.include_router(ingest.router)

@@ -1,8 +1,10 @@
-"""Bearer-token authentication.
+"""Bearer-token authentication; who each request is comes from :mod:`service.api.actors`.
 
-* Writes and ingest (``require_write``) need ``Authorization: Bearer <api.token>`` when
-  ``api.token`` is set. When only ``api.read_token`` is set, writes need that token: a write
-  is never less protected than a read.
+* Writes and ingest (``require_write``) need ``Authorization: Bearer <token>`` of a user
+  with role write (``api.users``) or ``api.token``, or a trusted proxy's user, whenever any
+  credential is configured; the route gets the :class:`~service.api.actors.Actor` (every
+  write is recorded under its name, ``GET /audit``). When only ``api.read_token`` is set,
+  writes need that token: a write is never less protected than a read.
 * Reads (``require_read``) need ``api.read_token`` (or ``api.token``) when
   ``api.read_token`` is set. Without one, reads need ``api.token`` whenever ``api.host`` is
   not loopback (incidents quote log lines: nobody who can merely reach the port reads
@@ -23,16 +25,20 @@ and never matches a credential. A whitespace-only bearer credential is always re
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from service.api.actors import Actor, identify, read_tokens, write_tokens
 from service.config import ApiSettings
-from service.netguard import blank, is_loopback
 
-_bearer = HTTPBearer(auto_error=False, description="api.token (writes, ingest) or api.read_token")
+__all__ = ["ReadAuth", "WriteAuth", "Writer", "read_tokens", "write_tokens"]
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="a token of api.users, api.token (writes, ingest) or api.read_token",
+)
 
 
 def _settings(request: Request) -> ApiSettings:
@@ -40,63 +46,51 @@ def _settings(request: Request) -> ApiSettings:
     return api
 
 
-def _matches(given: str, accepted: list[str]) -> bool:
-    ok = False
-    g = given.encode()
-    for token in accepted:  # compare against every token: no early exit on a match
-        ok |= hmac.compare_digest(g, token.encode()) and not blank(token)
-    return ok
-
-
-def _check(creds: HTTPAuthorizationCredentials | None, accepted: list[str]) -> None:
-    if not accepted:
-        return
+def _refuse(creds: HTTPAuthorizationCredentials | None) -> HTTPException:
     if (
         creds is None
         or creds.scheme.lower() != "bearer"
         or not creds.credentials
         or not creds.credentials.strip()
     ):
-        raise HTTPException(
+        return HTTPException(
             status_code=401, detail="missing bearer token", headers={"WWW-Authenticate": "Bearer"}
         )
-    if not _matches(creds.credentials, accepted):
-        raise HTTPException(
-            status_code=401,
-            detail="invalid bearer token",
-            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
-        )
+    return HTTPException(
+        status_code=401,
+        detail="invalid bearer token",
+        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
+    )
 
 
-def write_tokens(api: ApiSettings) -> list[str]:
-    # "is not None": a blank token that got past validation locks the door, never opens it
-    if api.token is not None:
-        return [api.token]
-    return [api.read_token] if api.read_token is not None else []
-
-
-def read_tokens(api: ApiSettings) -> list[str]:
-    """The tokens a read accepts (empty: reads are open; see the module doc)."""
-    if api.read_token is None:
-        if api.token is not None and not is_loopback(api.host):
-            return [api.token]
-        return []
-    return [api.read_token] + ([api.token] if api.token is not None else [])
+def _who(request: Request, creds: HTTPAuthorizationCredentials | None) -> Actor | None:
+    token = creds.credentials if creds is not None and creds.scheme.lower() == "bearer" else None
+    peer = request.client.host if request.client is not None else None
+    return identify(_settings(request), token, peer, request.headers)
 
 
 def require_write(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    _check(creds, write_tokens(_settings(request)))
+) -> Actor:
+    """The actor of a write (401 without a credential that may write)."""
+    actor = _who(request, creds)
+    if actor is None or not actor.can_write:
+        raise _refuse(creds)
+    return actor
 
 
 def require_read(
     request: Request,
     creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    _check(creds, read_tokens(_settings(request)))
+) -> Actor | None:
+    """The actor of a read; None when reads are open and the request named nobody."""
+    actor = _who(request, creds)
+    if actor is None and read_tokens(_settings(request)):
+        raise _refuse(creds)
+    return actor
 
 
 WriteAuth = Depends(require_write)
 ReadAuth = Depends(require_read)
+Writer = Annotated[Actor, Depends(require_write)]  # a route parameter: who writes

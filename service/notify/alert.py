@@ -7,19 +7,23 @@ from typing import Any
 
 from service.incidents.incident import Incident
 from service.incidents.incident_json import FleetExtra, IncidentBody, IncidentSummary
+from service.store.deliveries import Ack
 
 MAX_LINE_CHARS = 4096  # evidence / root-cause lines in payloads are cut to this
 
 
 @dataclass(slots=True)
 class Alert:
-    """An incident as it is now, announced as ``event`` (opened | updated | resolved)."""
+    """An incident as it is now, announced as ``event`` (opened | updated | acknowledged |
+    resolved)."""
 
     event: str
     incident: IncidentBody
     version: int
     external_url: str = "http://127.0.0.1:8080"
     changed_at: float | None = None  # the earliest change this message covers
+    ack: Ack | None = None  # who is on it (PagerDuty stops escalating, Slack says who)
+    assignee: str | None = None
 
     @property
     def id(self) -> str:
@@ -67,6 +71,9 @@ class Alert:
             "version": self.version,
             "url": self.url,
             "api_url": self.api_url,
+            "acknowledged_by": self.ack.by if self.ack else None,
+            "acknowledged_at": self.ack.at if self.ack else None,
+            "assignee": self.assignee,
         }
 
 
@@ -83,6 +90,9 @@ class AlertView(IncidentSummary):
     version: int
     url: str
     api_url: str
+    acknowledged_by: str | None
+    acknowledged_at: float | None
+    assignee: str | None
 
 
 def fleet_of(s: AlertView) -> FleetExtra | None:

@@ -39,8 +39,10 @@ def make_route(router: Router) -> Route:
     ) -> list[tuple[str, str, str | None]]:
         out: list[tuple[str, str, str | None]] = []
         for r in router.receivers:
-            if r.name not in engaged and not router.matches(r, incident):
-                continue
+            if r.name not in engaged and (
+                kind == "acknowledged" or not router.matches(r, incident)
+            ):
+                continue  # (an acknowledgement is news only for those that paged)
             if kind == "resolved" and not r.send_resolved:
                 out.append((r.name, "dropped", NOTE_SEND_RESOLVED_OFF))
             else:
@@ -52,15 +54,18 @@ def make_route(router: Router) -> Route:
 
 def message_kind(claim: Claim) -> str | None:
     """``opened`` for the first message a receiver gets about an incident, ``resolved`` once
-    the covered changes include the resolution, else ``updated``; None when the only news is
-    the resolution of an incident the receiver never heard of (nothing to send)."""
+    the covered changes include the resolution, ``acknowledged`` when someone taking it is
+    the only news, else ``updated``; None when the only news is the resolution or the
+    acknowledgement of an incident the receiver never heard of (nothing to send)."""
     kinds = [e.kind for e in claim.events]
     resolved = claim.incident.get("status") == "resolved" and "resolved" in kinds
-    if claim.first and all(k == "resolved" for k in kinds):
+    if claim.first and all(k in ("resolved", "acknowledged") for k in kinds):
         return None
     if resolved:
         return "resolved"
-    return "opened" if claim.first else "updated"
+    if claim.first:
+        return "opened"
+    return "acknowledged" if all(k == "acknowledged" for k in kinds) else "updated"
 
 
 def backoff(

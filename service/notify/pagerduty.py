@@ -1,5 +1,6 @@
-"""PagerDuty Events API v2: ``trigger`` on opened/updated, ``resolve`` on resolved, the
-incident id as ``dedup_key`` (so both act on the same PagerDuty alert)."""
+"""PagerDuty Events API v2: ``trigger`` on opened/updated, ``acknowledge`` once someone
+acknowledged the incident, ``resolve`` on resolved, the incident id as ``dedup_key`` (so all
+act on the same PagerDuty alert)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,17 @@ class Event(TypedDict):
     links: list[Link]
 
 
+def action(alert: Alert) -> str:
+    """``resolve`` for the resolution; ``acknowledge`` once someone is on it (PagerDuty stops
+    escalating; later updates keep it acknowledged); ``trigger`` otherwise, and for the first
+    message (an alert must exist before it can be acknowledged)."""
+    if alert.event == "resolved":
+        return "resolve"
+    if alert.ack is not None and alert.event != "opened":
+        return "acknowledge"
+    return "trigger"
+
+
 def event(alert: Alert, routing_key: str) -> Event:
     s = alert.view()
     meta, facts = s["meta"], s["facts"]
@@ -116,7 +128,7 @@ def event(alert: Alert, routing_key: str) -> Event:
         payload["timestamp"] = datetime.fromtimestamp(opened, UTC).isoformat()
     return {
         "routing_key": routing_key,
-        "event_action": "resolve" if alert.event == "resolved" else "trigger",
+        "event_action": action(alert),
         "dedup_key": alert.id,
         "payload": payload,
         "client": "vllm-sentinel",

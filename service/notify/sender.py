@@ -48,6 +48,7 @@ from service.notify.silences import SilenceCache
 from service.store import Claim, Store
 
 log = logging.getLogger("vllm_sentinel.notify")
+NOTE_ACKED_IN_SLACK = "acknowledged from Slack: that message was updated there"
 # errors after which the receiver may have the request (vs. refused before it was sent)
 AMBIGUOUS = (httpx.TimeoutException, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 AMBIGUOUS_NOT = (httpx.ConnectTimeout, httpx.PoolTimeout)
@@ -168,12 +169,17 @@ class Sender:
                 and self._inhibited(fleet, c)
             ):
                 return 0
+            if kind == "acknowledged" and r.type == "slack" and c.ack and c.ack.via == "slack":
+                self._finish(c, "dropped", NOTE_ACKED_IN_SLACK)
+                return 0
             alert = Alert(
                 kind,
                 c.incident,
                 c.version,
                 self.settings.external_url,
                 min(e.created_at for e in c.events),
+                ack=c.ack,
+                assignee=c.assignee,
             )
             req = builder(r)(alert, r, now)
             req.headers.setdefault("X-Sentinel-Event-Id", alert.event_id)  # every receiver

@@ -1,5 +1,6 @@
 """Slack incoming webhook: Block Kit message with a ``text`` fallback, within Slack's limits
-(≤50 blocks, header ≤150 chars, section text ≤3000, ≤10 fields of ≤2000)."""
+(≤50 blocks, header ≤150 chars, section text ≤3000, ≤10 fields of ≤2000), ending in the
+buttons a Slack app answers (Acknowledge, Silence 4 h, Open; ``POST /slack/actions``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from service.config import ReceiverSettings
 from service.incidents.codec import JsonObject
-from service.incidents.incident_json import IncidentExtra
+from service.incidents.incident_json import IncidentExtra, RelatedFinding
 from service.notify.alert import Alert, HttpRequest, cut, fleet_of, where_it_ran
 
 MAX_BLOCKS = 50
@@ -18,8 +19,17 @@ FIELD_MAX = 2000
 TEXT_MAX = 3000
 EVIDENCE_LINES = 25
 RELATED_MAX = 5
-ICON = {"opened": "🔴", "updated": "🟠", "resolved": "✅"}
-LABEL = {"opened": "FIRING", "updated": "UPDATED", "resolved": "RESOLVED"}
+ICON = {"opened": "🔴", "updated": "🟠", "acknowledged": "👀", "resolved": "✅"}
+LABEL = {
+    "opened": "FIRING",
+    "updated": "UPDATED",
+    "acknowledged": "ACKNOWLEDGED",
+    "resolved": "RESOLVED",
+}
+# the buttons' action ids (POST /slack/actions reads them; each value is the incident id)
+ACK_ACTION = "ack"
+SILENCE_ACTION = "silence_4h"
+OPEN_ACTION = "open"
 FACTS = (
     ("image", "Image"),
     ("vllm_version", "vLLM"),
@@ -38,7 +48,9 @@ def build(alert: Alert, cfg: ReceiverSettings, now: float) -> HttpRequest:
     )
 
 
-def message(alert: Alert) -> JsonObject:
+def message(alert: Alert, note: str | None = None) -> JsonObject:
+    """The message; ``note`` (what a button did, as a Slack app updates it) before the
+    buttons."""
     s = alert.view()
     meta, facts = s["meta"], s["facts"]
     label = LABEL.get(alert.event, alert.event.upper())
@@ -46,6 +58,8 @@ def message(alert: Alert) -> JsonObject:
         label = LABEL["resolved"]
     icon = ICON["resolved"] if s["status"] == "resolved" else ICON.get(alert.event, "🔴")
     title = f"{icon} {label} · {s['tier']} / {s['category']} @ {s['stage']}"
+    if alert.event == "acknowledged" and alert.ack is not None:
+        title = f"{icon} {label} by {alert.ack.by} · {s['tier']} / {s['category']}"
     where, fleet = where_it_ran(s), fleet_of(s)
 
     blocks: list[JsonObject | None] = [  # None: an empty section, dropped below
@@ -59,6 +73,8 @@ def message(alert: Alert) -> JsonObject:
                 ("Node", meta.get("node")),
                 ("Container", meta.get("container")),
                 ("Severity", s["severity"]),
+                ("Acknowledged by", alert.ack.by if alert.ack else None),
+                ("Assignee", alert.assignee),
                 ("Restarts", str(s["restarts"]) if s["restarts"] else None),
                 ("Confidence", f"{s['confidence']:.2f} ({s['method']})"),
             ]
@@ -89,10 +105,7 @@ def message(alert: Alert) -> JsonObject:
                     {
                         "type": "mrkdwn",
                         "text": cut(
-                            "Also seen: "
-                            + ", ".join(
-                                f"{_esc(r['category'])} ({_esc(r['role'])})" for r in related
-                            ),
+                            "Also seen: " + ", ".join(_also(r, s["category"]) for r in related),
                             SECTION_MAX,
                         ),
                     }
@@ -112,11 +125,49 @@ def message(alert: Alert) -> JsonObject:
             },
         }
     )
-    shown = [b for b in blocks if b][:MAX_BLOCKS]
+    if note:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _esc(note)}]})
+    shown = [b for b in blocks if b][: MAX_BLOCKS - 1] + [buttons(alert)]
+    by = f" by {alert.ack.by}" if alert.event == "acknowledged" and alert.ack else ""
     text = cut(
-        f"[{label}] {s['tier']}/{s['category']} at {s['stage']} on {where}: {s['line']}", TEXT_MAX
+        f"[{label}{by}] {s['tier']}/{s['category']} at {s['stage']} on {where}: {s['line']}",
+        TEXT_MAX,
     )
     return {"text": text, "blocks": shown}
+
+
+def buttons(alert: Alert) -> JsonObject:
+    """Acknowledge (while nobody has), Silence 4 h (while open) and Open: a Slack app's
+    interactivity posts the first two to ``POST /slack/actions``."""
+    iid = alert.id
+    elements: list[JsonObject] = []
+    open_ = alert.incident.get("status") != "resolved"
+    if open_ and alert.ack is None:
+        elements.append(_button("Acknowledge", ACK_ACTION, iid, style="primary"))
+    if open_:
+        elements.append(_button("Silence 4 h", SILENCE_ACTION, iid))
+    elements.append({**_button("Open", OPEN_ACTION, iid), "url": alert.url})
+    return {"type": "actions", "block_id": f"sentinel:{iid}", "elements": elements}
+
+
+def _button(text: str, action_id: str, value: str, style: str | None = None) -> JsonObject:
+    b: JsonObject = {
+        "type": "button",
+        "text": {"type": "plain_text", "text": text},
+        "action_id": action_id,
+        "value": value,
+    }
+    if style:
+        b["style"] = style
+    return b
+
+
+def _also(r: RelatedFinding, cause: str) -> str:
+    """A related line: a cascade (or symptom) of the root cause is said so, never named by
+    a category of its own (an engine that failed to start is not a second failure)."""
+    if r.get("role") in ("cascade", "symptom"):
+        return f"{_esc(r['role'])} of {_esc(cause)} (`{_esc(r.get('rule') or '')}`)"
+    return f"{_esc(r['category'])} ({_esc(r.get('role'))})"
 
 
 def _esc(text: Any) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import case, insert, select, update
 from sqlalchemy.engine import Connection, RowMapping
 
 from service.labels import validate
@@ -46,8 +46,50 @@ def list_silences(conn: Connection, now: float, active_only: bool) -> list[Silen
     return [_silence(r, now) for r in conn.execute(stmt).mappings()]
 
 
-def delete_silence(conn: Connection, silence_id: str) -> bool:
-    return conn.execute(delete(silences).where(silences.c.id == silence_id)).rowcount > 0
+def get_silence(conn: Connection, silence_id: str, now: float) -> SilenceView | None:
+    row = conn.execute(select(silences).where(silences.c.id == silence_id)).mappings().first()
+    return None if row is None else _silence(row, now)
+
+
+def edit_silence(
+    conn: Connection,
+    silence_id: str,
+    now: float,
+    *,
+    comment: str | None = None,
+    ends_at: float | None = None,
+    matchers: dict[str, list[str]] | None = None,
+) -> SilenceView:
+    """Change what is given (ValueError: an end not in the future, bad matchers)."""
+    values: dict[str, object] = {}
+    if comment is not None:
+        if not comment.strip():
+            raise ValueError("comment must not be empty")
+        values["comment"] = comment
+    if ends_at is not None:
+        if ends_at <= now:
+            raise ValueError("ends_at must be in the future")
+        values["ends_at"] = float(ends_at)
+    if matchers is not None:
+        values["matchers"] = validate(matchers)
+    if values:
+        conn.execute(update(silences).where(silences.c.id == silence_id).values(**values))
+    got = get_silence(conn, silence_id, now)
+    assert got is not None  # (the caller read it in this transaction)
+    return got
+
+
+def expire_silence(conn: Connection, silence_id: str, now: float) -> bool:
+    """End a silence now (kept for the record). False: unknown or ended already."""
+    t = silences.c
+    return (
+        conn.execute(
+            update(silences)
+            .where(t.id == silence_id, t.ends_at > now)
+            .values(ends_at=now, starts_at=case((t.starts_at > now, now), else_=t.starts_at))
+        ).rowcount
+        > 0
+    )
 
 
 def add_feedback(

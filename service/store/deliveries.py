@@ -51,6 +51,15 @@ class ClaimedEvent:
     created_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """Who acknowledged an incident, when, and through what (``slack``, ``user`` ...)."""
+
+    by: str
+    at: float
+    via: str
+
+
 @dataclass
 class Claim:
     """One message to send: the incident as it is now, covering ``events``."""
@@ -66,6 +75,8 @@ class Claim:
     # an earlier request for one of these deliveries went out and its answer was never
     # recorded (the sender died or lost the database): the receiver may have it already
     in_doubt: bool = False
+    ack: Ack | None = None  # someone is on it
+    assignee: str | None = None
 
 
 def expand_outbox(
@@ -183,8 +194,11 @@ def _claim_group(
 ) -> Claim | None:
     d = deliveries.c
     # The incident first: every outbox event up to its version is committed with it ...
+    i = incidents.c
     inc = conn.execute(
-        select(incidents.c.version, incidents.c.body).where(incidents.c.id == incident_id)
+        select(i.version, i.body, i.acked_by, i.acked_at, i.acked_via, i.assignee).where(
+            i.id == incident_id
+        )
     ).first()
     if inc is None:
         return None
@@ -246,6 +260,12 @@ def _claim_group(
         first=not sent_before,
         lease_until=lease_until,
         in_doubt=any(r.sending_at is not None for r in covered),
+        ack=(
+            Ack(inc.acked_by, float(inc.acked_at), inc.acked_via or "user")
+            if inc.acked_at is not None
+            else None
+        ),
+        assignee=inc.assignee,
     )
 
 

@@ -27,6 +27,8 @@ from service.store.schema import (
     streams,
     workloads,
 )
+from service.store.search import matches
+from service.store.timeline import timeline
 from service.store.views import (
     DeliveryView,
     FeedbackView,
@@ -53,6 +55,7 @@ class IncidentFilters(TypedDict, total=False):
     node: str | None
     stream: str | None
     fleet_id: str | None
+    q: str | None  # words that must all occur in the incident's search text
 
 
 def load_stream(conn: Connection, key: str) -> StreamSnapshot | None:
@@ -114,8 +117,11 @@ def incident_view(row: RowMapping) -> IncidentView:
         "version": row["version"],
         "meta": body.get("meta") or {},
         "facts": body.get("facts") or {},
-        "timeline": body.get("timeline") or {},
+        "stages": body.get("timeline") or {},
         "fleet_id": row.get("fleet_id"),
+        "assignee": row.get("assignee"),
+        "acknowledged_by": row.get("acked_by"),
+        "acknowledged_at": row.get("acked_at"),
     }
 
 
@@ -152,6 +158,7 @@ def get_incident(conn: Connection, incident_id: str) -> IncidentDetail | None:
         )
     ]
     fleet = (row["body"].get("meta") or {}).get("fleet")
+    events, notes = timeline(conn, row)
     return {
         **incident_view(row),
         "deliveries": delivered,
@@ -164,6 +171,8 @@ def get_incident(conn: Connection, incident_id: str) -> IncidentDetail | None:
                 .order_by(feedback.c.id)
             ).mappings()
         ],
+        "notes": notes,
+        "timeline": events,
     }
 
 
@@ -174,7 +183,12 @@ def where(
     and to ``opened_at`` within [since, until]."""
     t = incidents.c
     for name, value in filters.items():
-        if value is not None:
+        if value is None:
+            continue
+        if name == "q":
+            found = matches(str(value))
+            stmt = stmt if found is None else stmt.where(found)
+        else:
             stmt = stmt.where(t[name] == value)
     if since is not None:
         stmt = stmt.where(t.opened_at >= since)

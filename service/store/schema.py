@@ -88,6 +88,14 @@ incidents = Table(
     Column("body", Json, nullable=False),  # Incident.to_dict()
     # the open fleet incident that groups this one (see service/store/fleets.py)
     Column("fleet_id", String(64), index=True),
+    # what people did (the pipeline never writes these; every change is in ``audit`` too)
+    Column("acked_at", Double),
+    Column("acked_by", Text),
+    Column("acked_via", String(16)),
+    Column("assignee", Text),
+    # lower-cased pod, namespace, node, stream, model, image, category, stage and root-cause
+    # line: what ``GET /incidents?q=`` searches (written with every upsert)
+    Column("search", Text),
     Index("ix_incidents_opened_at_id", "opened_at", "id"),
     Index("ix_incidents_status_resolved_at", "status", "resolved_at"),  # (retention prune)
 )
@@ -192,4 +200,20 @@ quarantine = Table(
     Column("text", Text, nullable=False),  # the first QUARANTINE_TEXT_CAP characters
     Column("length", Integer, nullable=False),  # of the whole record text
     Column("created_at", Double, nullable=False, index=True),
+)
+
+# Who did what, append-only: every write a person makes (silences, resolve, feedback, ack,
+# assign, notes). Never updated or deleted by the service (retention keeps it; GET /audit).
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", Double, nullable=False, index=True),
+    Column("actor", Text, nullable=False),
+    Column("via", String(16), nullable=False),  # user | token | proxy | slack | open ...
+    Column("action", String(32), nullable=False),
+    Column("target_kind", String(16), nullable=False),  # incident | silence
+    Column("target_id", String(64), nullable=False),
+    Column("detail", Json, nullable=False),
+    Index("ix_audit_target_kind_target_id", "target_kind", "target_id"),
 )

@@ -4,36 +4,24 @@ small API (SQLite or PostgreSQL, chosen by URL)."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any, Unpack
+from collections.abc import Callable
+from typing import Unpack
 
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import SQLAlchemyError
-
-from service import metrics
 from service.incidents.incident_json import IncidentBody
 from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot
 from service.incidents.workload import WorkloadSnapshot
 from service.metrics import StoreGauges
-from service.store import annotations as notes
 from service.store import deliveries, fleets, observe, queries, retention, writes
 from service.store.deliveries import Claim, Hold, Route
 from service.store.effects import BatchEffects
-from service.store.engine import is_memory_sqlite, is_postgres, make_engine
 from service.store.identity import InstanceLock
-from service.store.migrate import SchemaRepair, upgrade
+from service.store.people_store import PeopleStore
 from service.store.queries import IncidentFilters
 from service.store.views import (
-    FeedbackReview,
-    FeedbackView,
     FleetMember,
-    IncidentDetail,
     IncidentView,
     QuarantineRow,
-    SilenceView,
     StoreStats,
     StreamView,
 )
@@ -41,86 +29,8 @@ from service.store.views import (
 log = logging.getLogger("vllm_sentinel.store")
 
 
-class Store:
-    """Thread-safe; every method is one short transaction.
-
-    ``incident_retention_days`` / ``stream_retention_days`` (0: keep forever) are applied
-    by :meth:`prune` at most every ``retention_interval_s`` (see :mod:`retention`)."""
-
-    def __init__(
-        self,
-        url: str,
-        pool_size: int = 5,
-        clock: Callable[[], float] = time.time,
-        *,
-        incident_retention_days: float = 0.0,
-        stream_retention_days: float = 0.0,
-        retention_interval_s: float = 600.0,
-    ) -> None:
-        self.url = url
-        self.engine = make_engine(url, pool_size)
-        self.clock = clock
-        self.incident_retention_days = incident_retention_days
-        self.stream_retention_days = stream_retention_days
-        self.retention_interval_s = retention_interval_s
-        self._retained_at = float("-inf")
-        # SQLite has one writer at a time: queue this process's writers on a lock rather
-        # than in SQLite's sleeping busy handler (other processes still use busy_timeout)
-        self._write_lock: AbstractContextManager[Any] = (
-            nullcontext() if self.is_postgres else threading.Lock()
-        )
-        # an in-memory SQLite database is one shared connection: readers queue too
-        self._read_lock: AbstractContextManager[Any] = (
-            self._write_lock if is_memory_sqlite(self.engine) else nullcontext()
-        )
-        self._schema = SchemaRepair(self.engine, self._write_lock)
-
-    @property
-    def is_postgres(self) -> bool:
-        return is_postgres(self.engine)
-
-    # ---- lifecycle -------------------------------------------------------------------
-    def migrate(self) -> None:
-        upgrade(self.engine)
-
-    def close(self) -> None:
-        self.engine.dispose()
-
-    def ping(self) -> list[str]:
-        """Readiness: the database answers and has every table. A database that came back
-        empty gets its schema again (:meth:`ensure_schema`); returns the tables re-created
-        ([] normally). Raises when the database cannot be reached, or tables are still
-        missing (:class:`~service.store.migrate.SchemaDamaged`, or re-created by another
-        instance a moment ago and checked again at the next probe)."""
-        return self._schema.ping()
-
-    def ensure_schema(self, force: bool = False) -> list[str]:
-        """Re-create the schema if the database lost it (every table missing: migrations run
-        from the start). Returns the tables re-created. Looks at most every
-        ``SCHEMA_CHECK_S`` unless ``force``."""
-        return self._schema.ensure(force)
-
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        try:
-            with (
-                self._write_lock,
-                self.engine.connect().execution_options(write=True) as conn,
-                conn.begin(),
-            ):
-                yield conn
-        except SQLAlchemyError:
-            metrics.STORE_ERRORS.labels(op="write").inc()
-            raise
-
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        try:
-            with self._read_lock, self.engine.connect() as conn, conn.begin():
-                yield conn
-        except SQLAlchemyError:
-            metrics.STORE_ERRORS.labels(op="read").inc()
-            raise
+class Store(PeopleStore):
+    """Thread-safe; every method is one short transaction (see :class:`StoreBase`)."""
 
     # ---- pipeline --------------------------------------------------------------------
     def load_stream(self, key: str) -> StreamSnapshot | None:
@@ -207,10 +117,6 @@ class Store:
         return out
 
     # ---- incidents and streams -------------------------------------------------------
-    def get_incident(self, id: str) -> IncidentDetail | None:  # noqa: A002 - API name
-        with self._read() as conn:
-            return queries.get_incident(conn, id)
-
     def list_incidents(
         self,
         *,
@@ -224,14 +130,6 @@ class Store:
         cursor."""
         with self._read() as conn:
             return queries.list_incidents(conn, filters, since, limit, cursor)
-
-    def resolve_incident(self, id: str, reason: str, at: float) -> IncidentDetail | None:  # noqa: A002
-        """Resolve by hand (enqueues the ``resolved`` notification once); None: unknown id."""
-        with self._write() as conn:
-            if writes.resolve_incident(conn, id, reason, at) is None:
-                return None
-            fleets.resolve_finished(conn, [id], at)
-        return self.get_incident(id)
 
     def stream(self, key: str) -> StreamView | None:
         with self._read() as conn:
@@ -259,46 +157,6 @@ class Store:
     def incidents_by_id(self, ids: list[str]) -> list[IncidentBody]:
         with self._read() as conn:
             return observe.incidents_by_id(conn, ids)
-
-    # ---- silences and feedback -------------------------------------------------------
-    def create_silence(
-        self,
-        matchers: dict[str, list[str]],
-        ends_at: float,
-        created_by: str,
-        comment: str,
-        starts_at: float | None = None,
-    ) -> SilenceView:
-        """ValueError for unknown matcher fields, empty matchers or an empty window."""
-        now = self.clock()
-        with self._write() as conn:
-            return notes.create_silence(
-                conn,
-                matchers,
-                now if starts_at is None else starts_at,
-                ends_at,
-                created_by,
-                comment,
-                now,
-            )
-
-    def list_silences(self, active_only: bool = False) -> list[SilenceView]:
-        with self._read() as conn:
-            return notes.list_silences(conn, self.clock(), active_only)
-
-    def delete_silence(self, id: str) -> bool:  # noqa: A002
-        with self._write() as conn:
-            return notes.delete_silence(conn, id)
-
-    def add_feedback(
-        self, incident_id: str, correct: bool, category: str | None, comment: str | None
-    ) -> FeedbackView | None:
-        with self._write() as conn:
-            return notes.add_feedback(conn, incident_id, correct, category, comment, self.clock())
-
-    def list_feedback(self) -> list[FeedbackReview]:
-        with self._read() as conn:
-            return notes.list_feedback(conn)
 
     def list_quarantine(self, limit: int = 100) -> list[QuarantineRow]:
         with self._read() as conn:

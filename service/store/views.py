@@ -27,8 +27,11 @@ class IncidentView(IncidentSummary):
     version: int
     meta: JsonObject
     facts: dict[str, str]
-    timeline: dict[str, float]
+    stages: dict[str, float]  # stage → when the run reached it (its ladder)
     fleet_id: str | None
+    assignee: str | None
+    acknowledged_by: str | None
+    acknowledged_at: float | None
 
 
 class DeliveryView(TypedDict):
@@ -75,12 +78,38 @@ class FeedbackReview(FeedbackView):
     line: str | None
 
 
+class AuditEntry(TypedDict):
+    """One write a person made (``GET /audit``), never changed afterwards."""
+
+    id: int
+    at: float
+    actor: str
+    via: str  # user | token | read_token | proxy | slack | open | service
+    action: str  # ack | assign | note | resolve | feedback | silence.create | ...
+    target_kind: str  # incident | silence
+    target_id: str
+    detail: JsonObject
+
+
+class TimelineEntry(TypedDict):
+    """One moment of an incident's life, oldest first: opened, paged, acknowledged, assigned,
+    noted, silenced, resolved ... with who did it."""
+
+    at: float
+    by: str
+    action: str
+    detail: str | None
+
+
 class IncidentDetail(IncidentView):
-    """One incident by id: its deliveries and feedback; a fleet incident's members."""
+    """One incident by id: its deliveries and feedback; a fleet incident's members; who
+    acknowledged it and when, its assignee, and its timeline."""
 
     deliveries: list[DeliveryView]
     members: list[FleetMember] | None  # None: not a fleet incident
     feedback: list[FeedbackView]
+    notes: list[AuditEntry]
+    timeline: list[TimelineEntry]
 
 
 class FleetView(IncidentView):

@@ -26,6 +26,7 @@ from service.store.schema import (
     streams,
     workloads,
 )
+from service.store.search import search_text
 
 NOVELTY = "drain3"  # the novelty miner's row (one miner per service; replicas: last write wins)
 
@@ -192,6 +193,7 @@ class IncidentColumns(TypedDict):
     opened_at: float
     updated_at: float
     resolved_at: float | None
+    search: str
     body: IncidentBody
 
 
@@ -213,6 +215,7 @@ def incident_columns(body: IncidentBody, now: float) -> IncidentColumns:
         "opened_at": _num(body.get("opened_at"), now),
         "updated_at": _num(body.get("updated_at"), now),
         "resolved_at": (_num(body.get("resolved_at"), now) if status == "resolved" else None),
+        "search": search_text(body),
         "body": body,
     }
 

@@ -1,4 +1,5 @@
-"""The forms an incident's page posts: resolve it, and tell whether its category was right.
+"""The forms an incident's page posts: resolve it, tell whether its category was right
+(acknowledge, assign and notes: :mod:`service.ui.oncall`).
 
 Each is validated by the API's own request model (:mod:`service.api.schemas`), runs the
 store's write off the event loop, and answers with a redirect back to the incident's page
@@ -16,7 +17,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from service.api.schemas import FeedbackRequest, ResolveRequest
-from service.ui.forms import writing_form
+from service.ui.forms import writer, writing_form
 from service.ui.page import redirect, store
 
 router = APIRouter()
@@ -31,9 +32,9 @@ async def resolve(request: Request, incident_id: str) -> Response:
         body = ResolveRequest(reason=str(form.get("reason") or "").strip())
     except ValidationError:
         return redirect(request, f"/ui/incidents/{quote(incident_id)}", error="reason")
-    db = store(request)
+    db, who = store(request), writer(request)
     inc = await anyio.to_thread.run_sync(
-        lambda: db.resolve_incident(incident_id, body.reason, at=time.time())
+        lambda: db.resolve_incident(incident_id, body.reason, at=time.time(), by=who)
     )
     if inc is None:
         raise HTTPException(status_code=404, detail="unknown incident")
@@ -56,9 +57,9 @@ async def feedback(request: Request, incident_id: str) -> Response:
             raise ValueError("verdict")
     except (ValidationError, ValueError):
         return redirect(request, f"/ui/incidents/{quote(incident_id)}", error="feedback")
-    db = store(request)
+    db, who = store(request), writer(request)
     fb = await anyio.to_thread.run_sync(
-        lambda: db.add_feedback(incident_id, body.correct, body.category, body.comment)
+        lambda: db.add_feedback(incident_id, body.correct, body.category, body.comment, by=who)
     )
     if fb is None:
         raise HTTPException(status_code=404, detail="unknown incident")

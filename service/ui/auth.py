@@ -1,10 +1,11 @@
 """The dashboard's authentication: the API's own tokens, carried in a cookie.
 
-* Reads follow the API's rule (:func:`service.api.auth.read_tokens`): the read token or
-  the write token when ``api.read_token`` is set; the write token when the API listens
-  beyond loopback without one; open only on loopback (or an API explicitly run open).
-* Writes (resolve, silence, feedback) need what the API's writes need
-  (:func:`service.api.auth.write_tokens`).
+* Reads follow the API's rule (:func:`service.api.actors.read_tokens`): any user's token,
+  the read token or the write token when ``api.read_token`` is set or the API listens beyond
+  loopback; open only on loopback (or an API explicitly run open).
+* Writes (resolve, acknowledge, assign, notes, silences, feedback) need what the API's
+  writes need: an actor whose role is write (:func:`actor`); each is recorded under its
+  name. A trusted proxy's user header names the visitor as it does for the API.
 * ``POST /ui/login`` checks the token typed into the form and keeps it in the
   ``sentinel_token`` cookie: ``HttpOnly`` (no script can read it), ``SameSite=Lax`` (a
   link from Slack or PagerDuty still opens the page signed in; no other site can post with
@@ -22,7 +23,7 @@ import secrets
 
 from fastapi import Request, Response
 
-from service.api.auth import read_tokens, write_tokens
+from service.api.actors import Actor, by_token, identify, open_api, read_tokens
 from service.api.deps import get_ctx
 from service.config import ApiSettings
 from service.netguard import is_loopback
@@ -49,23 +50,22 @@ def given_token(request: Request) -> str | None:
     return cookie if cookie and cookie.strip() else None
 
 
-def _matches(given: str | None, accepted: list[str]) -> bool:
-    if given is None or len(given) > MAX_TOKEN_LEN:
-        return False
-    ok = False
-    for token in accepted:  # every token compared: no early exit
-        ok |= hmac.compare_digest(given.encode(), token.encode()) and bool(token.strip())
-    return ok
+def actor(request: Request) -> Actor | None:
+    """Who this visitor is (:func:`service.api.actors.identify`: a trusted proxy's user, the
+    owner of the token, ``anonymous`` on an API with no credential); None: nobody known."""
+    if len(given_token(request) or "") > MAX_TOKEN_LEN:
+        return None
+    peer = request.client.host if request.client is not None else None
+    return identify(_settings(request), given_token(request), peer, request.headers)
 
 
 def can_read(request: Request) -> bool:
-    accepted = read_tokens(_settings(request))
-    return not accepted or _matches(given_token(request), accepted)
+    return not read_tokens(_settings(request)) or actor(request) is not None
 
 
 def can_write(request: Request) -> bool:
-    accepted = write_tokens(_settings(request))
-    return not accepted or _matches(given_token(request), accepted)
+    who = actor(request)
+    return who is not None and who.can_write
 
 
 def login_needed_for_reads(request: Request) -> bool:
@@ -73,13 +73,11 @@ def login_needed_for_reads(request: Request) -> bool:
 
 
 def tokens_configured(request: Request) -> bool:
-    api = _settings(request)
-    return bool(write_tokens(api) or read_tokens(api))
+    return not open_api(_settings(request))
 
 
 def token_valid(request: Request, token: str) -> bool:
-    api = _settings(request)
-    return _matches(token, list(dict.fromkeys(write_tokens(api) + read_tokens(api))))
+    return len(token) <= MAX_TOKEN_LEN and by_token(_settings(request), token) is not None
 
 
 def is_https(request: Request) -> bool:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TypedDict, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from service.incidents.codec import JsonObject
@@ -21,8 +21,8 @@ from service.incidents.snapshots import StreamSnapshot, shown_reach
 from service.store import Store, queries
 from service.store.fleets import FLEET_PREFIX, members
 from service.store.queries import IncidentFilters, incident_view
-from service.store.schema import incidents, silences, streams
-from service.store.views import FleetView, IncidentView, SilenceView
+from service.store.schema import incidents, streams
+from service.store.views import FleetView, IncidentView
 
 # list filters: form field → incidents column
 FILTERS = {
@@ -36,6 +36,7 @@ FILTERS = {
     "pod": "pod",
     "stream": "stream",
     "fleet": "fleet_id",
+    "q": "q",
 }
 MAX_STREAMS = 300  # each snapshot is read whole (its open incidents included)
 MAX_FLEETS = 200
@@ -70,12 +71,6 @@ class StreamRow(TypedDict):
 @contextmanager
 def _read(store: Store) -> Iterator[Connection]:
     with store._read() as conn:  # noqa: SLF001 - the store's own locking, shared on purpose
-        yield conn
-
-
-@contextmanager
-def _write(store: Store) -> Iterator[Connection]:
-    with store._write() as conn:  # noqa: SLF001
         yield conn
 
 
@@ -211,22 +206,3 @@ def list_fleets(
         for r in rows:
             out.append({**incident_view(r), "members": members(conn, r["id"])})
     return out
-
-
-def get_silence(store: Store, silence_id: str) -> SilenceView | None:
-    return next((s for s in store.list_silences() if s["id"] == silence_id), None)
-
-
-def expire_silence(store: Store, silence_id: str, now: float) -> bool:
-    """End a silence now, keeping it in the list (as Alertmanager's "expire"); False when
-    unknown or already over. A silence that had not started yet ends before it starts."""
-    s = silences.c
-    with _write(store) as conn:
-        row = conn.execute(select(s.starts_at, s.ends_at).where(s.id == silence_id)).first()
-        if row is None or row.ends_at <= now:
-            return False
-        values: dict[str, float] = {"ends_at": now}
-        if row.starts_at > now:
-            values["starts_at"] = now
-        conn.execute(update(silences).where(s.id == silence_id).values(**values))
-        return True

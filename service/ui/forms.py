@@ -16,6 +16,7 @@ from starlette.datastructures import UploadFile
 from starlette.types import Message
 
 from service.api.body import read_body
+from service.store.people import Who
 from service.ui import auth
 from service.ui.page import redirect, secured
 
@@ -68,6 +69,14 @@ async def writing_form(request: Request) -> Form | Response:
     that refuses it."""
     form = await read_form(request)
     return write_guard(request, form) or form
+
+
+def writer(request: Request) -> Who:
+    """Who writes this form (after :func:`write_guard` let it through)."""
+    who = auth.actor(request)
+    if who is None or not who.can_write:  # (the guard refused it already)
+        raise HTTPException(status_code=401, detail="sign in to write")
+    return who.who
 
 
 def safe_next(target: str | None) -> str:

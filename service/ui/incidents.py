@@ -16,6 +16,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
+from service.api.deps import get_ctx
 from service.api.timespec import parse_duration, parse_instant
 from service.notify.silences import silencing
 from service.store.views import DeliveryView
@@ -196,6 +197,8 @@ def incident_page(request: Request, incident_id: str) -> Response:
         deliveries.setdefault(d["receiver"], []).append(d)
     fleet_id = inc.get("fleet_id")
     fleet = db.get_incident(fleet_id) if fleet_id else None
+    hold_s = get_ctx(request).settings.fleet.hold_s
+    held_until = present.held_until(inc.get("deliveries") or [], time.time()) if hold_s else None
     return render(
         request,
         "incident.html",
@@ -204,7 +207,9 @@ def incident_page(request: Request, incident_id: str) -> Response:
         inc=inc,
         extra=extra,
         playbook=extra.get("playbook") or {},
-        ladder=present.ladder(inc),
+        ladder=present.ladder(
+            {"stage": inc["stage"], "status": inc["status"], "timeline": inc["stages"]}
+        ),
         stage_index=STAGE_INDEX,
         facts=present.facts_rows(inc.get("facts") or {}, inc.get("meta")),
         changed=extra.get("changed_since_last_good") or {},
@@ -214,6 +219,8 @@ def incident_page(request: Request, incident_id: str) -> Response:
         silence=present.silence_candidates(inc),
         durations=present.DURATIONS,
         members=inc.get("members") or [],
+        held_until=held_until,
+        hold_s=hold_s,
         silenced_by=silencing(db.list_silences(active_only=True), [inc], time.time()).get(
             inc["id"]
         ),

@@ -39,6 +39,12 @@ NOTICES = {
     "feedback": "Thank you: the feedback was recorded.",
     "silenced": "Silence created: matching incidents will not page until it ends.",
     "expired": "Silence expired.",
+    "acked": "Acknowledged: you are on it (PagerDuty stops escalating; Slack is told).",
+    "assigned": "Assignee changed.",
+    "noted": "Note added to the timeline.",
+    "edited": "Silence changed.",
+    "extended": "Silence extended.",
+    "tested": "Test notification sent.",
     "login": "Signed in.",
     "logout": "Signed out.",
 }
@@ -82,6 +88,7 @@ def render(request: Request, name: str, status_code: int = 200, **context: Any) 
             "can_write": auth.can_write(request),
             "signed_in": auth.given_token(request) is not None
             and auth.token_valid(request, auth.given_token(request) or ""),
+            "actor": auth.actor(request),
             "tokens": auth.tokens_configured(request),
             "nav": context.pop("nav", ""),
             "ago": lambda t: present.fmt_ago(t, now),

@@ -10,7 +10,7 @@ from typing import Any, TypedDict, TypeGuard
 
 from service.notify.routing import row_fields
 from service.parse.line import parse_line
-from service.store.views import IncidentView
+from service.store.views import DeliveryView, IncidentView
 from service.taxonomy import STAGE_INDEX, STAGES
 from service.ui.data import StreamRow
 
@@ -279,3 +279,12 @@ def stream_state(st: StreamRow, now: float, deadlines: Mapping[str, float]) -> S
         "since": since,
         "deadline": deadline,
     }
+
+
+def held_until(deliveries: list[DeliveryView], now: float) -> float | None:
+    """When the first page of an incident still held back (the fleet hold) may go: its
+    deliveries are all pending, never tried, and due later; None otherwise."""
+    if not deliveries or any(d["status"] != "pending" or d["attempts"] for d in deliveries):
+        return None
+    due = min(d["next_attempt_at"] for d in deliveries)
+    return due if due > now else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from urllib.parse import urlencode
 
 import anyio
 from fastapi import APIRouter, Request
@@ -19,11 +20,11 @@ from fastapi.responses import HTMLResponse, Response
 from pydantic import ValidationError
 
 from service import labels
-from service.api.schemas import SilenceRequest
+from service.api.silence_schemas import SilenceExtend, SilenceRequest
 from service.notify.silences import SilencePreview, preview
 from service.store.views import IncidentView
-from service.ui import data, present
-from service.ui.forms import read_form, writing_form
+from service.ui import auth, present
+from service.ui.forms import read_form, write_guard, writer, writing_form
 from service.ui.page import denied_read, redirect, render, store
 
 router = APIRouter()
@@ -34,7 +35,8 @@ def silences_page(request: Request) -> Response:
     denied = denied_read(request)
     if denied:
         return denied
-    return _page(request, None, None, False)
+    q = request.query_params  # a form coming back from the sign-in page keeps its values
+    return _page(request, None, shown_rows(q), bool(q.get("cluster_wide")), typed(q))
 
 
 @router.post("/silences/preview", response_class=HTMLResponse)
@@ -45,7 +47,27 @@ async def preview_page(request: Request) -> Response:
         return denied
     form = await read_form(request)
     matchers = _matchers(form)
-    shown = [
+    shown = shown_rows(form) or []
+    seen: PreviewShown | None = None
+    if matchers:
+        db = store(request)
+        found = await anyio.to_thread.run_sync(lambda: preview(db, matchers, time.time()))
+        seen = PreviewShown(found, not labels.pins_one_namespace(matchers))
+    return _page(request, seen, shown, bool(form.get("cluster_wide")), typed(form))
+
+
+TYPED = ("comment", "duration", "extra_key", "extra_value", "incident")
+
+
+def typed(form: Mapping[str, object]) -> dict[str, str]:
+    """What was typed into the silence form besides the matcher rows (kept across a preview,
+    a refusal and signing in)."""
+    return {k: str(form.get(k) or "") for k in TYPED if str(form.get(k) or "").strip()}
+
+
+def shown_rows(form: Mapping[str, object]) -> list[dict[str, object]] | None:
+    """The matcher rows as filled in (None: nothing was filled in)."""
+    rows: list[dict[str, object]] = [
         {
             "key": k,
             "value": str(form.get(f"value_{k}") or ""),
@@ -54,12 +76,7 @@ async def preview_page(request: Request) -> Response:
         for k in present.SILENCE_KEYS
         if str(form.get(f"value_{k}") or "").strip() or form.get(f"use_{k}")
     ]
-    seen: PreviewShown | None = None
-    if matchers:
-        db = store(request)
-        found = await anyio.to_thread.run_sync(lambda: preview(db, matchers, time.time()))
-        seen = PreviewShown(found, not labels.pins_one_namespace(matchers))
-    return _page(request, seen, shown, bool(form.get("cluster_wide")))
+    return rows or None
 
 
 class PreviewShown:
@@ -92,6 +109,9 @@ def _page(
     seen: PreviewShown | None,
     shown: list[dict[str, object]] | None,
     cluster_wide: bool,
+    kept: dict[str, str] | None = None,
+    error: str | None = None,
+    status_code: int = 200,
 ) -> Response:
     db = store(request)
     all_ = db.list_silences()
@@ -100,12 +120,14 @@ def _page(
     pending = [s for s in all_ if not s["active"] and s["starts_at"] > now]
     expired = [s for s in all_ if not s["active"] and s["ends_at"] <= now][:100]
     inc = None
-    incident_id = request.query_params.get("incident")
+    kept = kept or {}
+    incident_id = kept.get("incident") or request.query_params.get("incident")
     if incident_id:
         inc = db.get_incident(incident_id)
     return render(
         request,
         "silences.html",
+        status_code=status_code,
         nav="silences",
         title="Silences",
         active=active,
@@ -114,26 +136,35 @@ def _page(
         inc=inc,
         candidates=shown if shown is not None else (present.silence_candidates(inc) if inc else []),
         durations=present.DURATIONS,
-        form_error=request.query_params.get("error"),
+        form_error=error or request.query_params.get("error"),
         preview=seen,
         cluster_wide=cluster_wide,
+        kept=kept,
     )
 
 
 @router.post("/silences")
 async def create_silence(request: Request) -> Response:
-    form = await writing_form(request)
-    if isinstance(form, Response):
-        return form
+    form = await read_form(request)
+    if auth.csrf_ok(request, str(form.get("csrf") or "")) and not auth.can_write(request):
+        # to the sign-in page and back to this form as it was filled in
+        filled = {
+            **typed(form),
+            **{k: str(v) for k, v in form.items() if k.startswith(("use_", "value_"))},
+            **({"cluster_wide": "1"} if form.get("cluster_wide") else {}),
+        }
+        back = "/ui/silences?" + urlencode(filled) + "#new-silence"
+        return redirect(request, "/ui/login", next=back, why="write")
+    refused = write_guard(request, form)
+    if refused is not None:
+        return refused
     matchers = _matchers(form)
     incident = str(form.get("incident") or "")
-    back = {"incident": incident} if incident else {}
     try:
         body = SilenceRequest(
             matchers=matchers,
             duration=str(form.get("duration") or "2h"),
             comment=str(form.get("comment") or "").strip() or "silenced from the dashboard",
-            created_by=str(form.get("created_by") or "").strip()[:200] or "dashboard",
             cluster_wide=bool(form.get("cluster_wide")),
         )
     except ValidationError as exc:
@@ -141,22 +172,69 @@ async def create_silence(request: Request) -> Response:
             str(e.get("msg", "")).removeprefix("Value error, ")
             for e in exc.errors(include_url=False, include_input=False)
         )
-        return redirect(request, "/ui/silences", error=msg[:300], **back)
-    db = store(request)
+        return _refused(request, form, msg)
+    db, who = store(request), writer(request)
     new = body.resolved()
     try:
         await anyio.to_thread.run_sync(
             lambda: db.create_silence(
                 new.matchers,
                 new.ends_at,
-                created_by=new.created_by,
+                by=who,
                 comment=new.comment,
                 starts_at=new.starts_at,
+                incident_id=incident or None,
             )
         )
     except ValueError as exc:
-        return redirect(request, "/ui/silences", error=str(exc)[:300], **back)
+        return _refused(request, form, str(exc))
     return redirect(request, "/ui/silences", done="silenced")
+
+
+def _refused(request: Request, form: Mapping[str, object], why: str) -> Response:
+    """The form again, as it was filled in, saying why it was refused."""
+    return _page(
+        request,
+        None,
+        shown_rows(form),
+        bool(form.get("cluster_wide")),
+        typed(form),
+        error=why[:300],
+        status_code=422,
+    )
+
+
+@router.post("/silences/{silence_id}/extend")
+async def extend_silence(request: Request, silence_id: str) -> Response:
+    form = await writing_form(request)
+    if isinstance(form, Response):
+        return form
+    try:
+        body = SilenceExtend(duration=str(form.get("duration") or "2h"))
+    except ValidationError:
+        return redirect(request, "/ui/silences", error="choose how much longer")
+    db, who = store(request), writer(request)
+    done = await anyio.to_thread.run_sync(lambda: db.extend_silence(silence_id, body.seconds, who))
+    if done is None:
+        return redirect(request, "/ui/silences", error="that silence has ended: make a new one")
+    return redirect(request, "/ui/silences", done="extended")
+
+
+@router.post("/silences/{silence_id}/edit")
+async def edit_silence(request: Request, silence_id: str) -> Response:
+    form = await writing_form(request)
+    if isinstance(form, Response):
+        return form
+    comment = str(form.get("comment") or "").strip()
+    if not comment:
+        return redirect(request, "/ui/silences", error="a silence needs a reason")
+    db, who = store(request), writer(request)
+    done = await anyio.to_thread.run_sync(
+        lambda: db.edit_silence(silence_id, who, comment=comment[:2000])
+    )
+    if done is None:
+        return redirect(request, "/ui/silences", error="that silence has ended: make a new one")
+    return redirect(request, "/ui/silences", done="edited")
 
 
 @router.post("/silences/{silence_id}/expire")
@@ -164,6 +242,6 @@ async def expire_silence(request: Request, silence_id: str) -> Response:
     form = await writing_form(request)
     if isinstance(form, Response):
         return form
-    db = store(request)
-    await anyio.to_thread.run_sync(lambda: data.expire_silence(db, silence_id, time.time()))
+    db, who = store(request), writer(request)
+    await anyio.to_thread.run_sync(lambda: db.delete_silence(silence_id, who))
     return redirect(request, "/ui/silences", done="expired")

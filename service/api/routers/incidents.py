@@ -1,4 +1,5 @@
-"""``/incidents``: list with filters and cursor pagination, one by id, resolve, feedback."""
+"""``/incidents``: list with filters, search and cursor pagination, one by id, resolve,
+feedback (acknowledge, assign and notes: :mod:`service.api.routers.oncall`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query
 
-from service.api.auth import ReadAuth, WriteAuth
+from service.api.auth import ReadAuth, Writer
 from service.api.deps import StoreDep
 from service.api.schemas import (
     Category,
@@ -46,6 +47,15 @@ def list_incidents(
     pod: str | None = None,
     node: str | None = None,
     stream: str | None = None,
+    q: Annotated[
+        str | None,
+        Query(
+            max_length=500,
+            description="words that must all occur in the incident's pod, namespace, node, "
+            "stream, model, image, tier, category, stage or root-cause line (any case)",
+            examples=["llama-0 oom"],
+        ),
+    ] = None,
     fleet_id: Annotated[
         str | None, Query(description="only the members of this fleet incident")
     ] = None,
@@ -78,6 +88,7 @@ def list_incidents(
             limit=limit,
             cursor=cursor,
             fleet_id=fleet_id,
+            q=q,
         )
     except ValueError as exc:  # a cursor the store cannot read
         raise HTTPException(status_code=400, detail=f"bad cursor: {exc}") from None
@@ -100,12 +111,13 @@ def get_incident(incident_id: str, store: StoreDep) -> IncidentDetail:
 @router.post(
     "/{incident_id}/resolve",
     response_model=Incident,
-    dependencies=[WriteAuth],
     responses={404: {"description": "unknown incident"}},
     summary="Resolve an incident by hand (e.g. after fixing the node)",
 )
-def resolve_incident(incident_id: str, body: ResolveRequest, store: StoreDep) -> IncidentDetail:
-    inc = store.resolve_incident(incident_id, body.reason, at=time.time())
+def resolve_incident(
+    incident_id: str, body: ResolveRequest, store: StoreDep, actor: Writer
+) -> IncidentDetail:
+    inc = store.resolve_incident(incident_id, body.reason, at=time.time(), by=actor.who)
     if inc is None:
         raise not_found(incident_id)
     return inc
@@ -115,12 +127,13 @@ def resolve_incident(incident_id: str, body: ResolveRequest, store: StoreDep) ->
     "/{incident_id}/feedback",
     response_model=Feedback,
     status_code=201,
-    dependencies=[WriteAuth],
     responses={404: {"description": "unknown incident"}},
     summary="Record whether the classification was right (feeds retraining)",
 )
-def add_feedback(incident_id: str, body: FeedbackRequest, store: StoreDep) -> FeedbackView:
-    fb = store.add_feedback(incident_id, body.correct, body.category, body.comment)
+def add_feedback(
+    incident_id: str, body: FeedbackRequest, store: StoreDep, actor: Writer
+) -> FeedbackView:
+    fb = store.add_feedback(incident_id, body.correct, body.category, body.comment, by=actor.who)
     if fb is None:
         raise not_found(incident_id)
     return fb
