@@ -123,7 +123,8 @@ def _year(now: float | None) -> int:
 def finish(
     clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident]], now: float | None
 ) -> list[StreamReport]:
-    """End of the input: truncated tracebacks and stalls, then one report per stream."""
+    """End of the input: truncated tracebacks, stalls and findings held for an outcome, then
+    one report per stream."""
     for key in order:
         st = clf.state(key)
         changes: list[Change] = []
@@ -131,6 +132,7 @@ def finish(
         end = now if now is not None else st.last_time
         if end is not None:
             clf.check_stall(st, end, changes)
+        clf.close_held(st, changes)
         _collect(seen, changes)
     # (a stream that only heard of its pod's lifecycle - created, deleted - has no report)
     return [
