@@ -203,7 +203,9 @@ class Find:
             return [ev.Noted(line.text)]
         if self.hold and st.current() is None:
             rules = self.findings.rules
-            sig = rules.signature(found.rule) if found.method == "signature" and found.rule else None
+            sig = (
+                rules.signature(found.rule) if found.method == "signature" and found.rule else None
+            )
             if outcome.needs_outcome(found, line, sig):
                 return [ev.Hold(found, line.proc_key, outcome.yields(found, line, sig))]
         return [ev.Found(found, line.proc_key)]

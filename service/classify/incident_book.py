@@ -219,7 +219,9 @@ class IncidentBook:
             changes.append(Change("evidence", inc))
         return inc
 
-    def decide(self, st: StreamState, now: float | None, final: bool, changes: list[Change]) -> None:
+    def decide(
+        self, st: StreamState, now: float | None, final: bool, changes: list[Change]
+    ) -> None:
         """The held findings that waited ``hold_s`` at ``now`` (all, when ``final``): a warning
         when the run went on or is up; kept while a start-up has not moved (its stall is the
         outcome); when ``final`` and the run ended mid-start-up, they page (its best reason)."""

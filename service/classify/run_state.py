@@ -149,7 +149,9 @@ def run_state_of(extra: StreamExtra) -> RunState:
         stats=None if s is None else _stats_of(s),
         api_pid=extra.get("api_pid"),
         held=[
-            Held(Finding.from_dict(h["finding"]), h["process"], h["yields"], h["stage"], h["status"])
+            Held(
+                Finding.from_dict(h["finding"]), h["process"], h["yields"], h["stage"], h["status"]
+            )
             for h in extra.get("held", [])
         ],
     )

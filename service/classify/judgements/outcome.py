@@ -34,7 +34,7 @@ from service.classify.run_state import Held
 from service.classify.stream_state import READY, SERVING, STARTING, STOPPED, StreamState
 from service.incidents.finding import Finding
 from service.parse import line as L
-from service.taxonomy import STAGE_INDEX
+from service.taxonomy import STAGE_INDEX, later_stage
 
 NOTICE_LEVELS = frozenset({"INFO", "WARNING", "DEBUG", "TRACE"})  # a notice, not a failure
 UP = (READY, SERVING, STOPPED)  # the server got up (or stopped in order)
@@ -67,12 +67,11 @@ def yields(f: Finding, line: L.Line, sig: Signature | None) -> bool:
 def went_on(st: StreamState, h: Held) -> bool:
     """Whether the run went on after ``h`` was held: it got up since (ready, or serving: requests,
     stats, and for other programs their work - training steps, benchmark rows, ``stages.yaml``
-    ``serving:``), or reached a later start-up stage."""
+    ``serving:``), or got past the start-up stage it was in and the stage of the finding."""
     if st.status in UP and h.status not in UP:
         return True
-    return st.stage is not None and (
-        h.stage is None or STAGE_INDEX[st.stage] > STAGE_INDEX[h.stage]
-    )
+    since = later_stage(h.stage, h.finding.stage) or h.finding.stage  # where the run was
+    return st.stage is not None and STAGE_INDEX[st.stage] > STAGE_INDEX.get(since, -1)
 
 
 def due(h: Held, now: float | None, hold_s: float) -> bool:
