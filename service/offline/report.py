@@ -162,7 +162,9 @@ def stream_report(
     st = clf.state(key)
     ordered = order_incidents(incidents)
     stopped: Stopped | None = None
-    if st.status == STARTING and not st.shutting_down:  # the log ends mid-startup
+    # the log ends mid-start-up: a start-up line was its latest news (a stream that never
+    # showed one - another program's log the stage rules do not know - says nothing of it)
+    if st.status == STARTING and not st.shutting_down and st.stage is not None:
         since = st.last_stage_change if st.last_stage_change is not None else st.first_time
         end = now if now is not None else st.last_time
         stopped = {

@@ -98,10 +98,10 @@ def score(cases: list[Case], preds: list[dict[str, Any]]) -> dict[str, Any]:
     y_true = [c.category for c in cases]
     y_pred = [p["category"] for p in preds]
     labels = sorted(set(y_true))
-    missed = [
+    missed = [  # a failure that pages nothing (healthy, or a log that ends mid-start-up)
         c.id
         for c, p in zip(cases, preds, strict=True)
-        if c.category != "healthy" and p["category"] == "healthy"
+        if c.category != "healthy" and p["category"] in ("healthy", STOPPED)
     ]
     false_alarms = [  # a page on a healthy log (a log that ends mid-start-up pages nothing)
         c.id
