@@ -9,9 +9,11 @@ warning in its incident."""
 from __future__ import annotations
 
 import json
+import signal
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,17 +27,39 @@ from tests.e2e_support import (
     webhook,
 )
 from tests.receiver import Receiver
-from tests.test_e2e_service import (  # noqa: F401 - fixtures
-    accepted_events,
-    assert_once_each,
-    launch,
-    receiver,
-    sqlite_url,
-)
 from tests.test_outcome import DEATH, NCCL_START, RAS_BIND, TRAINING
 
 pytestmark = pytest.mark.integration
 NS = "ml-train"
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver() as rx:
+        yield rx
+
+
+@pytest.fixture
+def service(tmp_path: Path, receiver: Receiver) -> Iterator[Sentinel]:
+    """The service with a team's judgements.yaml: ``outcome.hold_s`` 1 s, the timer every
+    0.2 s; SQLite; the receiver."""
+    team = tmp_path / "team"
+    team.mkdir()
+    (team / "judgements.yaml").write_text("outcome: {hold_s: 1}\n")
+    config = service_config(
+        store_url=f"sqlite:///{tmp_path / 'sentinel.db'}",
+        api_port=free_port(),
+        receivers=[webhook(receiver.url)],
+        rules={"dirs": [str(team)]},
+        stall={"check_interval_s": 0.2},
+    )
+    svc = Sentinel(tmp_path, "outcome", config)
+    svc.start().wait_ready()
+    yield svc
+    if svc.alive():
+        svc.proc.send_signal(signal.SIGTERM)
+    svc.close()
+    print(f"----- {svc.name} ({svc.log_path}) -----\n{svc.log_tail(3000)}")
 
 
 def ingest(svc: Sentinel, log: Path, pod: str) -> None:
@@ -51,31 +75,16 @@ def ingest(svc: Sentinel, log: Path, pod: str) -> None:
     assert r.status_code == 200, r.text
 
 
-def test_a_warning_pages_only_when_its_run_dies(  # noqa: F811 - the fixtures imported above
-    tmp_path: Path,
-    launch: Callable[..., Sentinel],  # noqa: F811
-    receiver: Receiver,  # noqa: F811
-    sqlite_url: str,  # noqa: F811
+def test_a_warning_pages_only_when_its_run_dies(
+    tmp_path: Path, service: Sentinel, receiver: Receiver
 ) -> None:
-    team = tmp_path / "team"
-    team.mkdir()
-    (team / "judgements.yaml").write_text("outcome: {hold_s: 1}\n")
-    svc = launch(
-        "outcome",
-        service_config(
-            store_url=sqlite_url,
-            api_port=free_port(),
-            receivers=[webhook(receiver.url)],
-            rules={"dirs": [str(team)]},
-            stall={"check_interval_s": 0.2},
-        ),
-    )
+    svc = service
     for pod, lines in (("train-ok", NCCL_START + TRAINING), ("train-dies", NCCL_START + DEATH)):
         log = tmp_path / f"{pod}.log"
         log.write_text("\n".join(lines) + "\n")
         ingest(svc, log, pod)
 
-    def of(pod: str, severity: str) -> list[dict]:
+    def of(pod: str, severity: str) -> list[dict[str, Any]]:
         return [
             i
             for i in svc.incidents(severity=severity)
@@ -87,8 +96,11 @@ def test_a_warning_pages_only_when_its_run_dies(  # noqa: F811 - the fixtures im
     (died,) = wait_until(lambda: of("train-dies", "critical"), 60, "the death paged")
     body = svc.http.get(f"/incidents/{died['id']}").json()
     assert RAS_BIND in [died["line"], *(r["line"] for r in body["related"])]
-    db = Db(sqlite_url)
-    wait_until(
-        lambda: db.settled() and accepted_events(receiver.requests), 60, "deliveries settled"
-    )
-    assert_once_each(receiver.requests, {died["id"]})
+    db = Db(svc.config["store"]["url"])
+    wait_until(lambda: db.settled() and paged(receiver), 60, "deliveries settled")
+    assert paged(receiver) == [died["id"]]
+
+
+def paged(receiver: Receiver) -> list[str]:
+    """The incident ids of the webhooks the receiver accepted, in order."""
+    return [r.json()["incident"]["id"] for r in receiver.requests if 200 <= r.status < 300]

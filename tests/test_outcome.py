@@ -259,3 +259,25 @@ def test_without_the_outcome_judgement_every_finding_pages_at_once(tmp_path: Pat
     clf = Classifier(load_rule_set([tmp_path]).rulebook())
     changes = timed(clf, clf.state("s"), NCCL_START, 1_000_000.0)
     assert [(c.kind, c.incident.severity) for c in changes] == [("opened", "critical")]
+
+
+def test_a_held_failure_of_a_program_without_start_up_stages_pages_at_its_stall() -> None:
+    """DeepEP's NCCL set-up failing (deepseek-ai/DeepEP#143), then silence: no stage the
+    stall judgement watches, so the held finding's own stage gives the deadline."""
+    cq = (
+        "msm-h200-2:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed "
+        "with error Cannot allocate memory"
+    )
+    clf = Classifier(RB)
+    st = clf.state("s")
+    t0 = 1_000_000.0
+    assert clf.feed_text(st, cq, t0) == [] and st.stage is None
+    hold = clf.judgements.get(outcome.KIND).hold_s
+    assert clf.tick(t0 + hold + 1) == []  # it did not go on: kept
+    (h,) = st.checks.held
+    deadline = clf.stall_deadlines[h.finding.stage]
+    assert clf.tick(t0 + deadline - 1) == []
+    changes = clf.tick(t0 + deadline + 1)
+    assert [(c.kind, c.incident.severity, c.incident.primary.line) for c in changes][:1] == [
+        ("opened", "critical", cq)
+    ]

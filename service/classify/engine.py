@@ -72,7 +72,13 @@ class Classifier:
         self.restarts = Restarts(self.tracker, self.judges.restarted)
         held = judgements.get(outcome.KIND)
         self.book = IncidentBook(
-            rules, playbook, self.findings, self.restarts, self.tracker, held.hold_s
+            rules,
+            playbook,
+            self.findings,
+            self.restarts,
+            self.tracker,
+            held.hold_s,
+            judgements.get(stalls.KIND).deadlines_s,
         )
         self.chain: Stages = (
             chain.QuietServing(rules, self.judges),

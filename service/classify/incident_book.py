@@ -15,7 +15,7 @@ run went on instead, each becomes a warning (:meth:`IncidentBook.decide`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from service.classify import events as ev
 from service.classify import runs
@@ -55,8 +55,10 @@ class IncidentBook:
         restarts: Restarts,
         tracker: StreamTracker,
         hold_s: float = 120.0,
+        deadlines: Mapping[str, float] | None = None,
     ) -> None:
         self.hold_s = hold_s  # judgements.yaml outcome.hold_s
+        self.deadlines = deadlines or {}  # stalls.deadlines_s: a start-up that did not go on
         self.cuda = rules.cuda
         self.explain = Explainer(rules, playbook)
         self.findings = findings
@@ -223,17 +225,21 @@ class IncidentBook:
         self, st: StreamState, now: float | None, final: bool, changes: list[Change]
     ) -> None:
         """The held findings that waited ``hold_s`` at ``now`` (all, when ``final``): a warning
-        when the run went on or is up; kept while a start-up has not moved (its stall is the
-        outcome); when ``final`` and the run ended mid-start-up, they page (its best reason)."""
+        when the run went on or is up; kept while a start-up has not moved, until its stall
+        (the stall judgement, or the stall deadline of the stage a finding was held at) or, when
+        ``final``, the run ended mid-start-up: then they page (its best reason)."""
         keep: list[Held] = []
+        stalled = False
         for h in st.checks.held:
             settled = final or outcome.due(h, now, self.hold_s)
-            if settled and (outcome.went_on(st, h) or not outcome.ended_mid_startup(st)):
+            starting = outcome.ended_mid_startup(st)
+            if settled and (outcome.went_on(st, h) or not starting):
                 self.warn(st, h, changes)
             else:
                 keep.append(h)
+                stalled = stalled or outcome.overdue(h, now, self.deadlines)
         st.checks.held = keep
-        if final and keep:
+        if keep and (final or stalled):
             self.release(st, None, changes)
 
     def warn(self, st: StreamState, h: Held, changes: list[Change]) -> None:

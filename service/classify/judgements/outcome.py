@@ -16,7 +16,7 @@ held, for what the stream does next (docs/taxonomy.md "Which findings page at on
 A held finding pages only when the run then shows a failure outcome (a fatal finding, a
 stall, the container's death, a run that ends mid-start-up); when the run goes on (a later
 start-up stage, ready, serving lines, training steps, benchmark rows) it is a warning after
-``hold_s``. Held ``ERROR``-level fallbacks and model guesses (:func:`yields`) are never the
+``hold_s``; a start-up that does not go on pages it at the stall deadline of its stage. Held ``ERROR``-level fallbacks and model guesses (:func:`yields`) are never the
 root cause when a later failure exists: they join its incident as related findings.
 
 Configuration and pure decisions: the chain's ``Find`` stage holds (:mod:`..chain`), the
@@ -25,6 +25,8 @@ end of an offline log ask for the decision (:mod:`..engine`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from pydantic import Field
 
@@ -72,6 +74,15 @@ def went_on(st: StreamState, h: Held) -> bool:
         return True
     since = later_stage(h.stage, h.finding.stage) or h.finding.stage  # where the run was
     return st.stage is not None and STAGE_INDEX[st.stage] > STAGE_INDEX.get(since, -1)
+
+
+def overdue(h: Held, now: float | None, deadlines: Mapping[str, float]) -> bool:
+    """Whether ``h``'s start-up has not gone on for the stall deadline of the stage it was held
+    at (block ``stalls``): the stall outcome, also for a program whose stages the stall
+    judgement never saw (its finding's stage is the one it stalled in)."""
+    stage = later_stage(h.stage, h.finding.stage) or h.finding.stage
+    t, limit = h.finding.time, deadlines.get(stage)
+    return now is not None and t is not None and limit is not None and now - t > limit
 
 
 def due(h: Held, now: float | None, hold_s: float) -> bool:
