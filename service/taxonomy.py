@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 TIERS = ("compatibility", "integration", "capacity", "other", "none")
 
 CATEGORY_TIER: dict[str, str] = {
@@ -52,6 +54,24 @@ CRITICAL_CATEGORIES = frozenset(
 def tier_of(category: str) -> str:
     """Tier of a category id (``other`` for an unknown id)."""
     return CATEGORY_TIER.get(category, "other")
+
+
+def reached_by(timeline: Mapping[str, float], failed: str | None) -> dict[str, float]:
+    """The rungs of ``timeline`` up to the stage a failure happened at (``failed``; all of
+    them when None): a ladder never shows a rung after the failed one as reached, even when
+    a marker of it was printed before the failure (a configuration error after
+    ``Resolved architecture``, a free-memory check in ``init_device`` after the ranks' line)."""
+    if failed not in STAGE_INDEX:
+        return dict(timeline)
+    top = STAGE_INDEX[failed]
+    return {s: at for s, at in timeline.items() if STAGE_INDEX.get(s, top + 1) <= top}
+
+
+def reach_before(stage: str | None, failed: str | None) -> str | None:
+    """The stage a run is shown to have reached: its own, but never past its failure's."""
+    if stage is None or failed not in STAGE_INDEX or stage not in STAGE_INDEX:
+        return stage
+    return failed if STAGE_INDEX[stage] > STAGE_INDEX[failed] else stage
 
 
 def later_stage(a: str | None, b: str | None) -> str | None:

@@ -42,6 +42,7 @@ SLOW_MODULES = frozenset(
         "test_training",
         "test_ui_browser",
         "test_wheel",
+        "test_whole_logs",
     }
 )
 SLOW_TESTS = frozenset(

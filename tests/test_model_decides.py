@@ -17,7 +17,7 @@ class FakeModel:
     def __init__(self, pred: Prediction) -> None:
         self.pred = pred
 
-    def predict(self, text: str) -> Prediction:
+    def predict(self, text: str, context: object = None) -> Prediction:
         return self.pred
 
 

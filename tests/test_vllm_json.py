@@ -75,11 +75,12 @@ def report(records: Any) -> dict[str, Any]:
 
 
 def same_facts(text: dict[str, str], js: dict[str, str]) -> None:
-    """Equal facts; a JSON run may know the version earlier: vLLM prints it as a sentence
-    ("vLLM server version 0.32.0, serving model ...") where the text format draws a banner."""
+    """Equal facts; a JSON run may know the version (and so the program) earlier: vLLM prints
+    it as a sentence ("vLLM server version 0.32.0, serving model ...") where the text format
+    draws a banner."""
     extra = {k: v for k, v in js.items() if k not in text}
     assert {k: v for k, v in js.items() if k in text} == text
-    assert set(extra) <= {"vllm_version"}, extra
+    assert set(extra) <= {"vllm_version", "program"}, extra
 
 
 def test_a_record_becomes_the_lines_the_text_formatter_prints() -> None:

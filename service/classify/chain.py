@@ -65,12 +65,13 @@ def parse(seen: ev.Seen) -> Sequence[ev.Event]:
 
 
 class Tracebacks:
-    """A traceback's lines (frames, code, a chain, its start) are its process's: a frame
-    hinting a stage refines the finding still open to it; the rest is evidence. Any other
-    line of the process ends its open traceback."""
+    """A traceback's lines (frames, code, a chain, its start) are its process's: a frame of
+    the frame map (:mod:`.frames`) changes what the traceback hints and refines the finding
+    still open to it; the rest is evidence. Any other line of the process ends its open
+    traceback."""
 
     def __init__(self, rules: RuleBook, tracks: ProcessTracks) -> None:
-        self.frame_stage = rules.frame_stage
+        self.frames = rules.frames
         self.tracks = tracks
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
@@ -82,10 +83,9 @@ class Tracebacks:
             return ()
         seen.done = True
         out: list[ev.Event] = []
-        hint = self.frame_stage.get(line.func or "") if line.kind == L.FRAME else None
-        if hint:  # the deepest specific frame wins; ``serving`` only when nothing else hints
-            known = st.frame_hint.get(line.proc_key)
-            now = hint if hint != "serving" or known is None else known
+        hint = self.frames.stage_of(line.func, line.path) if line.kind == L.FRAME else None
+        now = self.tracks.frame(where, hint) if hint else None
+        if now is not None and now != st.frame_hint.get(line.proc_key):
             out.append(ev.FrameHint(line.proc_key, now))
             target = self.tracks.refining.get(where)
             if target:

@@ -68,7 +68,9 @@ class Classifier:
             )
         self.judgements = judgements
         self.judges = Judges(judgements, playbook)
-        self.findings = Findings(rules, playbook, text_model, self.tracker.novelty)
+        self.findings = Findings(
+            rules, playbook, text_model, self.tracker.novelty, self.tracker.tracks.innermost
+        )
         self.restarts = Restarts(self.tracker, self.judges.restarted)
         held = judgements.get(outcome.KIND)
         self.book = IncidentBook(

@@ -15,7 +15,7 @@ from service.incidents.finding import Finding
 from service.incidents.incident import Change, Incident
 from service.incidents.workload import diff_facts
 from service.parse import line as L
-from service.taxonomy import tier_of
+from service.taxonomy import reached_by, tier_of
 
 COMPAT_TIER = "compatibility"
 
@@ -30,7 +30,8 @@ class Explainer:
     def refresh(self, st: StreamState, inc: Incident) -> None:
         """The stream's facts and timeline, and what follows from them, on ``inc``."""
         inc.facts = dict(st.facts)
-        inc.timeline = dict(st.timeline)
+        # the run's rungs, none after the failure's (a warning's: all of them)
+        inc.timeline = reached_by(st.timeline, inc.stage if inc.severity == "critical" else None)
         inc.explanation = (
             explain_compatibility(st.facts, self.rules.cuda) if inc.tier == COMPAT_TIER else None
         )
@@ -68,6 +69,7 @@ class Explainer:
         if sig is None or not sig.implies_stage or p.stage_source != "default":
             return
         p.stage, p.stage_source = sig.implies_stage, "implied"
+        inc.timeline = reached_by(inc.timeline, p.stage)
         psig = self.rules.signature(p.rule) if p.rule else None
         category = psig.category_by_stage.get(p.stage, psig.category) if psig else p.category
         if category != p.category:

@@ -4,8 +4,9 @@
   stage); the text model is asked only about error-looking lines no signature explains, and
   its calibrated answer decides tier and category; when it abstains, an exception, or an error
   line it still leans to a failure class for, is an ``unknown`` symptom naming the line.
-* The stage: a rule's own rung, else the latest of the stage the stream reached, the deepest
-  hinted traceback frame and what the failing line itself shows, else a per-category default.
+* The stage: a rule's own rung; after the ready marker, ``serving``; else what the traceback's
+  frames decide (the frame map, :mod:`.frames`); else the latest of the stage the stream
+  reached and what the failing line itself shows; else a per-category default.
 * Later frames of the same traceback refine a finding whose stage was only a guess
   (:meth:`Findings.refine`); a log that ends inside a traceback still gets a low-confidence
   finding from its frames (:meth:`Findings.truncated`); a check's :class:`Judgement` becomes
@@ -17,10 +18,12 @@ Stateless but for the model's counters: the stream's state comes in, a finding g
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from service.classify.judgements.judgement import Judgement
 from service.classify.judgements.playbook import first_move
+from service.classify.model_context import ModelContext, context_of
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules, Signature
 from service.classify.stream_state import STARTING, StreamState
@@ -29,7 +32,7 @@ from service.incidents.incident import Change, Incident
 from service.metrics import DISAGREEMENTS, FINDINGS
 from service.parse import line as L
 from service.parse.masking import mask
-from service.taxonomy import later_stage, tier_of
+from service.taxonomy import later_stage, reached_by, tier_of
 
 MODEL_PRIORITY = 35
 UNKNOWN_PRIORITY = 10
@@ -44,7 +47,7 @@ _FAILURE_WORDS = re.compile(
 
 
 class TextModelLike(Protocol):
-    def predict(self, text: str) -> Any: ...
+    def predict(self, text: str, context: ModelContext | None = None) -> Any: ...
 
 
 class NoveltyLike(Protocol):
@@ -90,11 +93,13 @@ class Findings:
         playbook: PlaybookRules,
         model: TextModelLike | None = None,
         novelty: NoveltyLike | None = None,
+        innermost: Callable[[tuple[str, str]], tuple[str, str] | None] | None = None,
     ) -> None:
         self.rules = rules
         self.playbook = playbook
         self.model = model
         self.novelty = novelty
+        self.innermost = innermost  # (stream, process) → innermost frame the line ended
         self.model_calls = 0
         self.disagreements = 0
 
@@ -131,7 +136,7 @@ class Findings:
                 and sig.role == "cause"
                 and error_like(line, self.rules.benign_exceptions)
             ):
-                self._check_disagreement(line, category)
+                self._check_disagreement(st, line, category)
             return self._made(
                 st,
                 line,
@@ -153,7 +158,7 @@ class Findings:
         )
         if self.model is not None:
             self.model_calls += 1
-            pred = self.model.predict(line.message)
+            pred = self.model.predict(line.message, self.context(st, line))
             template = getattr(pred, "template", None) or template
             cat = pred.category
             if cat not in ("healthy", "unknown"):
@@ -228,8 +233,13 @@ class Findings:
         best = getattr(pred, "best", "")
         return best not in ("", "healthy", "unknown") and float(pred.probability) >= floor
 
-    def _check_disagreement(self, line: L.Line, category: str) -> None:
-        pred = self.model.predict(line.message) if self.model else None
+    def context(self, st: StreamState, line: L.Line) -> ModelContext:
+        """What the stream knows around ``line``, for the text model."""
+        frame = self.innermost((st.key, line.proc_key)) if self.innermost else None
+        return context_of(line, stage=st.stage, program=st.facts.get("program"), frame=frame)
+
+    def _check_disagreement(self, st: StreamState, line: L.Line, category: str) -> None:
+        pred = self.model.predict(line.message, self.context(st, line)) if self.model else None
         self.model_calls += 1
         if pred is not None and pred.category not in (category, "unknown"):
             self.disagreements += 1
@@ -244,18 +254,29 @@ class Findings:
         hint: str | None,
         line: L.Line | None = None,
     ) -> tuple[str, str]:
-        """(stage, how it was decided): the rule's rung, else the latest of the stage the
-        stream reached, the traceback's hint and what the failing line itself shows (a
-        request, its logger's file), else a per-category default."""
+        """(stage, how it was decided), in this order: the container runtime's words; the
+        rule's own rung; after the run's ready marker, ``serving`` (a request's failure) but
+        for a port bind; the traceback's frames (``hint``: the innermost frame of the
+        engine's own code, :mod:`.frames`); else the latest of the stage the stream reached
+        and what the failing line itself shows (a request, its logger's file); else a
+        per-category default."""
         said = self.rules.stage_evidence(line.message, line.fileinfo) if line else None
+        if hint is None and line is not None:  # a message only mapped functions raise
+            hint = self.rules.frames.raised_stage(line.message)
         if said == "container":  # the container runtime refused: that rung, whatever failed
             return said, "evidence"
         if fixed:  # the rule's rung, unless the failing line's own words name another
             return (said, "evidence") if said and said != "serving" else (fixed, "rule")
+        if st.checks.ready:  # the server said it was up: a failure now is a request's
+            if "api_server" in (said, hint):
+                return "api_server", "evidence" if said == "api_server" else "frames"
+            return "serving", "ready"
+        if hint:
+            return hint, "frames"
         if said == "serving" and st.stage and st.stage != "serving" and st.status == STARTING:
             said = None  # a request line cannot come before the server is up
         best, source = None, "default"
-        for stage, how in ((st.stage, "tracker"), (hint, "frames"), (said, "evidence")):
+        for stage, how in ((st.stage, "tracker"), (said, "evidence")):
             if stage and (best is None or later_stage(best, stage) == stage != best):
                 best, source = stage, how
         if best is not None:
@@ -265,19 +286,24 @@ class Findings:
         ), "default"
 
     def refine(self, f: Finding, inc: Incident | None, hint: str) -> list[Change]:
-        """A deeper traceback frame (stage ``hint``) places ``f``, whose stage was a guess or
-        an earlier rung; its incident (when ``f`` is still its root cause) changes with it."""
-        if f.stage_source == "default":
-            stage = hint
-        elif f.stage_source in ("tracker", "frames", "evidence"):
-            stage = later_stage(f.stage, hint) or hint
-        else:
+        """The frames of ``f``'s traceback, read after ``f`` (a failure logged before its
+        traceback), place it at ``hint`` (a rule's rung, the container's or a port bind's
+        words, and the serving stage after the ready marker stay); its incident (when
+        ``f`` is still its root cause) changes with it."""
+        if f.stage_source in ("rule", "ready", "implied") or (
+            f.stage_source == "evidence" and f.stage in ("container", "api_server")
+        ):
             return []
+        stage = hint
         if stage == f.stage:
             return []
         f.stage, f.stage_source = stage, "frames"
         sig = self.rules.signature(f.rule) if f.rule else None
-        category = sig.category_by_stage.get(stage, sig.category) if sig else f.category
+        if sig and sig.min_stage:
+            f.stage = later_stage(stage, sig.min_stage) or stage
+        category = sig.category_by_stage.get(f.stage, sig.category) if sig else f.category
+        if inc is not None and inc.primary is f:
+            inc.timeline = reached_by(inc.timeline, f.stage)
         if inc is None or inc.primary is not f or inc.status != "open":
             f.category, f.tier = category, tier_of(category)
             return []

@@ -91,10 +91,12 @@ class IncidentBook:
                         runs.resolve_passed(st, time, changes, self.replaced, self.tracker.find)
                 case ev.Ready(time):
                     st.status = READY
+                    st.checks.ready = True
                     self.tracker.good_start(st)
                     find = self.tracker.find
                     runs.resolve_passed(st, time, changes, self.replaced, find, ready=True)
                 case ev.Serving():
+                    st.checks.ready = True
                     if st.status in (STARTING, READY):
                         st.status = SERVING
                 case ev.ShuttingDown(stopped):

@@ -38,7 +38,7 @@ class FeatureBlock:
     terms, its vocabulary (``terms[j]`` is feature ``offset + j``) and idf, its weight."""
 
     name: str
-    column: int  # 0: the masked key line, 1: the whole masked event
+    column: int  # 0: the masked key line, 1: the whole masked event, 2: the context words
     analyzer: str  # one of ANALYZERS
     ngram: tuple[int, int]
     lower: bool
@@ -96,7 +96,7 @@ class FeatureBlock:
 
 
 class LinearTextScorer:
-    """Calibrated class probabilities of one event's (key line, whole event) fields.
+    """Calibrated class probabilities of one event's (key line, whole event, context) fields.
 
     ``kind`` ``sigmoid``: a linear SVM's decision per class through its sigmoid (``a``,
     ``b``; ``order`` maps the SVM's classes to the calibrated ones), normalised;
@@ -174,7 +174,7 @@ class LinearTextScorer:
             order=arrays["order"],
         )
 
-    def proba(self, fields: tuple[str, str]) -> Any:
+    def proba(self, fields: tuple[str, ...]) -> Any:
         np = self._np
         idx_all: list[Any] = []
         val_all: list[Any] = []

@@ -1,11 +1,14 @@
-"""What the text model reads of an event: its key line and the whole event, both masked.
+"""What the text model reads of an event: its key line and the whole event, both masked,
+and what the stream knows around it.
 
 An event is one error-looking log message, optionally with a few context lines (a
 traceback, NCCL's ``Last error:`` block, torch's CUDA footer). :func:`key_index` picks the
 line that carries its meaning; :func:`event_fields` masks it and the whole event
-(:mod:`service.parse.masking`) into the pair every feature of the model is computed
-from - at training time and at run time alike, so both read an event the same way.
-Pure functions of the text.
+(:mod:`service.parse.masking`) and adds the stream's context
+(:class:`service.classify.model_context.ModelContext`: program, stage reached, level,
+exception type, innermost frame's library) into the three fields every feature of the
+model is computed from - at training time and at run time alike, so both read an event
+the same way. Pure functions of the text and the context.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from service.classify.model_context import ModelContext
 from service.parse.masking import mask, mask_lines
 
-__all__ = ["event_fields", "key_index", "key_line"]
+__all__ = ["Fields", "event_fields", "key_index", "key_line"]
+
+# (masked key line, masked whole event, context words)
+Fields = tuple[str, str, str]
 
 _RANK = r"(?:\[rank\d+\]:\s*)?"
 _FRAME_LINE = re.compile(r"^\s*" + _RANK + r'File "')
@@ -85,12 +92,14 @@ def key_line(text: str) -> str:
     return lines[key_index(lines)]
 
 
-def event_fields(text: str) -> tuple[str, str]:
-    """(masked key line, masked whole event): the two inputs of the feature pipeline."""
+def event_fields(text: str, context: ModelContext | None = None) -> Fields:
+    """(masked key line, masked whole event, context words): the inputs of the feature
+    pipeline."""
     raw = text.replace("\r", "")
     lines = raw.split("\n")
     masked = mask_lines(raw)
+    words = context.tokens() if context is not None else ""
     if len(masked) != len(lines):  # masking never joins lines; be safe anyway
-        return mask(key_line(raw)), mask(raw)
+        return mask(key_line(raw)), mask(raw), words
     key = masked[key_index(lines)]
-    return key, "\n".join(masked).strip()
+    return key, "\n".join(masked).strip(), words

@@ -3,6 +3,6 @@ manifest or an artifact that differs (both swapped together included). Rewritten
 ``vllm-sentinel train`` whenever it writes the shipped ``models/`` directory."""
 
 PINNED = {
-    "text_model.json": "0d4c3830e27255522352b6010dbf1fe8f93e8f757bf4490a02a892eab3f398a8",
-    "text_model.npz": "494d0ae957578d9f4fff57ba1ab4fc05923e851ba189c0f5b0fc856fb4d3bb83",
+    "text_model.json": "f10806f87077ca393e9a54abecf9936c77c4850ab5a81a0b6957c0ed2b23dc63",
+    "text_model.npz": "5985f61b22f9839bfc35a0968fa173998fb13eb11f6904ee645b54f497f7dc8d",
 }

@@ -37,6 +37,7 @@ from service.incidents.finding import Finding
 from service.incidents.incident import Change, ChangeKind, CrashLoop, Incident
 from service.incidents.incident_json import Attempt, LastFailure, Link
 from service.incidents.workload import WorkloadState, restart_unit
+from service.taxonomy import reached_by
 
 # clock skew allowed between the API server's event times and the node's log times
 SKEW_S = 2.0
@@ -221,7 +222,7 @@ class Restarts:
         )
         del attempts[1 : -(MAX_ATTEMPTS_KEPT - 1)]  # the first attempt and the latest ones
         prior.updated_at = at
-        prior.timeline = dict(st.timeline)
+        prior.timeline = reached_by(st.timeline, prior.stage)
         kind: ChangeKind = "evidence"
         for finding in (f, *others):
             if prior.add(finding):

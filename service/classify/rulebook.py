@@ -10,8 +10,10 @@ from typing import Any
 import regex
 
 from service.classify.facts import CudaTable, cuda_from_api_version, norm_cuda
+from service.classify.frames import FrameMap
 from service.classify.hits import NO_HITS, Hits
 from service.classify.judgements.registry import JudgementRules, load_judgements
+from service.classify.model_context import program_name
 from service.classify.multimatch import MultiMatcher
 from service.classify.redaction import Redactor, load_redactor
 from service.classify.rules import (
@@ -20,6 +22,7 @@ from service.classify.rules import (
     load_benign,
     load_benign_exceptions,
     load_fact_rules,
+    load_frame_rules,
     load_signatures,
     load_stage_rules,
 )
@@ -79,10 +82,7 @@ class RuleBook:
         self.stage_rules = load_stage_rules(rules_dir)
         self.fact_rules = load_fact_rules(rules_dir)
         self.cuda = CudaTable(rules_dir)
-        self.frame_stage: dict[str, str] = {}
-        for stage, funcs in self.stage_rules.frames.items():
-            for f in funcs:
-                self.frame_stage[f] = stage
+        self.frames = FrameMap(load_frame_rules(rules_dir))  # the frame map
         self.file_stage = {
             f: stage for stage, names in self.stage_rules.files.items() for f in names
         }
@@ -229,4 +229,6 @@ def _fact_value(name: str, value: str) -> str:
         return cuda_from_api_version(value)
     if name == "image_cuda":
         return norm_cuda(value)
+    if name == "program":  # one name per program, whichever of its wordings came first
+        return program_name(value) or value
     return value

@@ -103,7 +103,6 @@ class StageRules(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     stages: dict[str, list[StagePattern]]
-    frames: dict[str, list[str]]  # traceback function names → stage hint
     ready: list[StagePattern]
     serving: list[StagePattern]
     run_start: list[StagePattern]
@@ -116,7 +115,6 @@ class StageRules(BaseModel):
     def _stage_ids(self) -> StageRules:
         for s in (
             list(self.stages)
-            + list(self.frames)
             + list(self.default_stage.values())
             + list(self.files)
             + list(self.evidence)
@@ -166,6 +164,81 @@ def load_signatures(rules_dir: Path = RULES_DIR) -> list[Signature]:
     if dupes:
         raise ValueError(f"duplicate signature ids: {sorted(dupes)}")
     return sigs
+
+
+class FrameEntry(BaseModel):
+    """One function of the frame map (``rules/frames.yaml``): the rung its frame hints."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    func: str
+    stage: str
+    programs: list[str]
+    versions: str  # the read releases that define it
+    within: list[str] = Field(default_factory=list)  # path fragments a generic name needs
+    note: str = ""
+    example: str  # a real frame line
+    example_from: str  # the repository file it is from, or "<program> <version> source"
+
+    @field_validator("stage")
+    @classmethod
+    def _known_stage(cls, v: str) -> str:
+        if v not in STAGES:
+            raise ValueError(f"unknown stage {v!r} in frames.yaml")
+        return v
+
+
+class Wrapper(BaseModel):
+    """A function that only carries a deeper start-up step: never a hint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    func: str
+    versions: str
+    note: str = ""
+
+
+class Raised(BaseModel):
+    """A message only mapped functions raise: the line places itself like their frames."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pattern: str
+    stage: str
+    raised_in: list[str]
+    versions: str
+    example: str
+    example_from: str
+
+    @field_validator("stage")
+    @classmethod
+    def _known_stage(cls, v: str) -> str:
+        if v not in STAGES:
+            raise ValueError(f"unknown stage {v!r} in frames.yaml")
+        return v
+
+
+class FrameRules(BaseModel):
+    """``rules/frames.yaml``: the frame map, the engines' own paths, the wrappers, the
+    messages that place themselves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine_paths: str  # a frame whose path matches is the engine's own code
+    frames: list[FrameEntry]
+    wrappers: list[Wrapper]
+    raised: list[Raised] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _wrappers_hint_nothing(self) -> FrameRules:
+        both = {f.func for f in self.frames} & {w.func for w in self.wrappers}
+        if both:
+            raise ValueError(f"frames.yaml: wrappers cannot hint a stage: {sorted(both)}")
+        return self
+
+
+def load_frame_rules(rules_dir: Path = RULES_DIR) -> FrameRules:
+    return FrameRules.model_validate(load_yaml(rules_dir / "frames.yaml"))
 
 
 def load_stage_rules(rules_dir: Path = RULES_DIR) -> StageRules:

@@ -73,6 +73,7 @@ class RunState:
     stats: ServingStats | None = None
     api_pid: int | None = None  # the API server's process
     held: list[Held] = field(default_factory=list)  # findings waiting for the run's outcome
+    ready: bool = False  # the run's ready marker was seen: a failure now is a request's
 
 
 @dataclass(slots=True)
@@ -154,6 +155,7 @@ def run_state_of(extra: StreamExtra) -> RunState:
             )
             for h in extra.get("held", [])
         ],
+        ready=extra.get("ready", False),
     )
 
 
@@ -217,6 +219,8 @@ def extra_of(
             )
             for h in run.held
         ]
+    if run.ready:
+        out["ready"] = True
     if pod_life.ended is not None or pod_life.created is not None:
         out["pod_life"] = pod_life.to_dict()
     if last_failure is not None:

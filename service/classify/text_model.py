@@ -15,6 +15,7 @@ still visible to users.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +24,40 @@ from typing import Any
 from ..taxonomy import CATEGORY_TIER
 from .linear_scorer import LinearTextScorer
 from .model_artifact import ArtifactError, load_verified
+from .model_context import ModelContext
 from .model_input import event_fields
 
 __all__ = ["Prediction", "TextModel"]
 
 UNKNOWN = "unknown"
 TEMPLATE_MAX_CHARS = 600
+# words that only say a line is an error, not which one
+_BARE = frozenset(
+    [
+        "error",
+        "errors",
+        "err",
+        "fatal",
+        "fail",
+        "failed",
+        "failure",
+        "exception",
+        "warn",
+        "warning",
+        "critical",
+        "traceback",
+    ]
+)
+_WORD = re.compile(r"[A-Za-z][A-Za-z_]{2,}")
+_PLACEHOLDER = re.compile(r"<[A-Z_]+>")  # what masking put in place of numbers, paths ...
+
+
+def _says_something(key: str) -> bool:
+    """Whether the masked key line has two words beyond "error"-like ones: a bare
+    ``Error:`` / ``**ERROR**`` names no failure, whatever its context says (the model
+    abstains; the context alone never decides a class)."""
+    words = {w.lower() for w in _WORD.findall(_PLACEHOLDER.sub(" ", key))}
+    return len(words - _BARE) >= 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,31 +117,41 @@ class TextModel:
 
     # --- prediction ------------------------------------------------------------------------
 
-    def predict(self, text: str) -> Prediction:
-        return self.predict_many([text])[0]
+    def predict(self, text: str, context: ModelContext | None = None) -> Prediction:
+        """The model's answer for one event; ``context``: what the stream knows around it
+        (:mod:`.model_context`), ``None`` for a lone text."""
+        return self.predict_many([text], [context])[0]
 
-    def predict_many(self, texts: Iterable[str]) -> list[Prediction]:
+    def predict_many(
+        self, texts: Iterable[str], contexts: Iterable[ModelContext | None] | None = None
+    ) -> list[Prediction]:
         import numpy as np
 
-        fields = [event_fields(t or "") for t in texts]
+        texts = list(texts)
+        ctx = list(contexts) if contexts is not None else [None] * len(texts)
+        fields = [event_fields(t or "", c) for t, c in zip(texts, ctx, strict=True)]
         if not fields:
             return []
         proba = np.vstack([self._scorer.proba(f) for f in fields])
-        return self._decide([f[1] for f in fields], proba)
+        return self._decide([f[1] for f in fields], proba, [_says_something(f[0]) for f in fields])
 
-    def predict_proba(self, text: str) -> dict[str, float]:
+    def predict_proba(self, text: str, context: ModelContext | None = None) -> dict[str, float]:
         """Calibrated probability of every class for one event."""
-        p = self._scorer.proba(event_fields(text or ""))
+        p = self._scorer.proba(event_fields(text or "", context))
         return {c: float(p[i]) for i, c in enumerate(self.classes)}
 
-    def _decide(self, masked: Sequence[str], proba: Any) -> list[Prediction]:
+    def _decide(
+        self, masked: Sequence[str], proba: Any, informative: Sequence[bool]
+    ) -> list[Prediction]:
         out: list[Prediction] = []
         best = proba.argmax(axis=1)
         for i, m in enumerate(masked):
             p = float(proba[i, best[i]])
             category = self.classes[best[i]]
             template = m[:TEMPLATE_MAX_CHARS]
-            if not m.strip() or p < self.class_thresholds[category]:
+            if not informative[i]:  # no lean either: nothing to name
+                out.append(Prediction(UNKNOWN, CATEGORY_TIER[UNKNOWN], p, template, ""))
+            elif p < self.class_thresholds[category]:
                 out.append(Prediction(UNKNOWN, CATEGORY_TIER[UNKNOWN], p, template, category))
             else:
                 out.append(Prediction(category, CATEGORY_TIER[category], p, template, category))

@@ -33,7 +33,7 @@ class Finding(Record[FindingBody]):
     remediation: str = ""
     template: str | None = None
     novel: bool = False
-    stage_source: str = "tracker"  # rule | tracker | frames | default
+    stage_source: str = "tracker"  # rule | evidence | ready | frames | tracker | implied | default
     detail: str | None = None  # a judgement's own explanation (stalls, stats warnings)
 
     def beats(self, other: Finding) -> bool:

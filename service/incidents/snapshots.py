@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypedDict, TypeVar
 
 from service.incidents.incident_json import FindingBody, IncidentBody, LastFailure
+from service.taxonomy import reach_before, reached_by
 
 S = TypeVar("S")
 
@@ -66,6 +67,7 @@ class StreamExtra(TypedDict, total=False):
     stats: ServingStatsSnapshot  # per run
     api_pid: int  # per run: the API server's process
     held: list[HeldSnapshot]  # per run: findings waiting for the run's outcome
+    ready: bool  # per run: the ready marker was seen
     pod_life: dict[str, float | None]  # "ended" / "created" → when (restart evidence)
     last_failure: LastFailure
     pending: PendingSnapshot
@@ -117,3 +119,22 @@ class Versioned(Generic[S]):
 
     state: S
     version: int
+
+
+def failed_at(st: StreamSnapshot) -> str | None:
+    """The stage of the current run's open failure (its root cause), or None."""
+    for inc in st.get("incidents") or []:
+        if (
+            inc.get("run") == st.get("run")
+            and inc.get("severity") == "critical"
+            and inc.get("status") == "open"
+        ):
+            return inc["primary"]["stage"]
+    return None
+
+
+def shown_reach(st: StreamSnapshot) -> tuple[str | None, dict[str, float]]:
+    """The stage a stream is shown to have reached and its timeline: never a rung after the
+    current run's failure."""
+    failed = failed_at(st)
+    return reach_before(st.get("stage"), failed), reached_by(st.get("timeline") or {}, failed)

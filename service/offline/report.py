@@ -17,7 +17,7 @@ from service.ingest.timestamps import line_time
 from service.offline import blockscan
 from service.records import LogRecord
 from service.sources.files import read_files
-from service.taxonomy import STAGE_INDEX
+from service.taxonomy import STAGE_INDEX, reach_before, reached_by
 
 
 class Stopped(TypedDict):
@@ -173,16 +173,18 @@ def stream_report(
             "no_progress_s": None if since is None or end is None else end - since,
             "deadline_s": clf.stall_deadlines.get(st.stage or ""),
         }
+    # never a rung after the current run's failure (its root cause comes first)
+    failed = next((i.stage for i in ordered if i.severity == "critical" and i.run == st.run), None)
     return {
         "stopped": stopped,
         "stream": key,
         "status": st.status,
-        "stage": reached(st.stage, ordered),
+        "stage": reach_before(reached(st.stage, ordered), failed),
         # failures only (root cause first; [] for a healthy stream); warnings never page
         "incidents": [i.summary() for i in ordered if i.severity == "critical"],
         "warnings": [i.summary() for i in ordered if i.severity != "critical"],
         "facts": dict(st.facts),
-        "timeline": dict(st.timeline),
+        "timeline": reached_by(st.timeline, failed),
         "meta": {k: v for k, v in st.meta.items() if k not in ("fd", "partial")},
         "lines": st.seq,
     }

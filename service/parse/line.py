@@ -126,6 +126,7 @@ class Line:
     rank: int | None = None
     fileinfo: str | None = None
     func: str | None = None  # traceback frame function
+    path: str | None = None  # traceback frame file
     exc: str | None = None  # exception type of an EXCEPTION line
     repeated: int = 1
 
@@ -285,7 +286,7 @@ def _refine_payload(line: Line) -> None:
     if c == " " or c == "\t":
         f = _FRAME.match(msg)
         if f:
-            line.kind, line.func = FRAME, f.group("func")
+            line.kind, line.func, line.path = FRAME, f.group("func"), f.group("path")
         elif msg.strip():
             line.kind = CODE
         return
@@ -310,18 +311,27 @@ def _maybe_exception(msg: str) -> bool:
     return " " not in head and head.endswith(_EXC_WORDS)
 
 
+# libstdc++'s verbose terminate handler prints an uncaught C++ exception (TensorRT-LLM, ONNX
+# Runtime, c10, ggml, TGI's shards ...) as "terminate called after throwing an instance of
+# 'T'" and then, indented, "  what():  <its text>": that text is the failure, not source code.
+_WHAT = "what():"
+
+
 def _classify_other(line: Line) -> None:
     msg = line.message
     c = msg[0] if msg else ""
     if c in " \t":
         f = _FRAME.match(msg)
         if f:
-            line.kind, line.func = FRAME, f.group("func")
+            line.kind, line.func, line.path = FRAME, f.group("func"), f.group("path")
             return
         bare = msg.lstrip()
         e = _EXCEPTION.match(bare) if _maybe_exception(bare) else None
         if e and ":" in bare:  # "  RuntimeError: CUDA error: ..." pasted with an indent
             line.kind, line.exc, line.level, line.message = EXCEPTION, e.group("exc"), "ERROR", bare
+            return
+        if bare.startswith(_WHAT):  # a C++ exception's text after "terminate called ..."
+            line.level, line.message = "ERROR", bare
             return
         line.kind = CODE
         return
@@ -378,5 +388,5 @@ def _classify_other(line: Line) -> None:
     if e:
         line.kind, line.exc, line.level = EXCEPTION, e.group("exc"), "ERROR"
         return
-    if line.level is None and _PLAIN_LEVEL.search(msg[:80]):
+    if line.level is None and (msg.startswith(_WHAT) or _PLAIN_LEVEL.search(msg[:80])):
         line.level = "ERROR"

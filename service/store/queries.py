@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection, RowMapping
 
 from service.incidents.incident import Incident
 from service.incidents.incident_json import IncidentBody
-from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot
+from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot, shown_reach
 from service.incidents.workload import WorkloadSnapshot
 from service.store.fleets import members as fleet_members
 from service.store.schema import (
@@ -227,11 +227,12 @@ def stream(conn: Connection, key: str) -> StreamView | None:
         .scalars()
         .all()
     )
+    stage, timeline = shown_reach(st)
     return {
         "stream": key,
         "status": st.get("status"),
-        "stage": st.get("stage"),
-        "timeline": st.get("timeline") or {},
+        "stage": stage,
+        "timeline": timeline,
         "facts": st.get("facts") or {},
         "meta": st.get("meta") or {},
         "run": st.get("run", 0),

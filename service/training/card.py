@@ -31,12 +31,19 @@ def model_card(m: dict[str, Any]) -> str:
         "- Input: the event is split into its *key line* (the exception / error line; frames,",
         "  source lines, cascade headers and torch's CUDA footer skipped) and the whole event;",
         "  both are masked (`service/parse/masking.py`: numbers, sizes, paths, hosts ...).",
+        "  Beside the text, what the stream knows (`service/classify/model_context.py`): the",
+        "  program (the stream's `program` fact), the start-up stage reached, the line's level and",
+        "  exception type, the library of the innermost traceback frame (and whether it is a",
+        "  module body, an import); in training a real line's context comes from replaying its",
+        "  thread through the classifier, a lone text's from its own words.",
         "- Features: TF-IDF word n-grams "
         f"{tuple(m['config']['word_ngrams'])} and character n-grams "
         f"{tuple(m['config']['char_ngrams'])} (`{m['config']['char_analyzer']}`) of the key line,",
         f"  word n-grams {tuple(m['config']['context_ngrams'])} of the whole event (weight "
-        f"{m['config']['context_weight']}); the L2 norm also counts unknown terms, so",
-        "  unfamiliar text gets small features and low confidence.",
+        f"{m['config']['context_weight']}), the context words (weight "
+        f"{m['config'].get('stream_weight', 0)}); the L2 norm also counts unknown terms, so",
+        "  unfamiliar text gets small features and low confidence; a key line with fewer than",
+        "  two words beyond `error`-like ones is never classified (context alone decides nothing).",
         f"- Classifier: `{m['config']['classifier']}` (C={m['config']['C']}, balanced class "
         "weights)"
         + (

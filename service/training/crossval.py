@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from service.classify.model_input import Fields
+
 from .examples import UNKNOWN
 from .recipe import as_matrix, fit_pipeline, group_splits
 from .scores import report, with_abstain
@@ -42,10 +44,10 @@ class CrossValidation:
 def cross_validate(
     config: dict[str, Any],
     seed: int,
-    texts: Sequence[tuple[str, str]],
+    texts: Sequence[Fields],
     y: np.ndarray,
     groups: np.ndarray,
-    ood_fields: Sequence[tuple[str, str]],
+    ood_fields: Sequence[Fields],
     progress: Callable[[str], None],
     real: np.ndarray | None = None,
     asked: np.ndarray | None = None,
@@ -86,6 +88,7 @@ def cross_validate(
             ood_o if ood_fields else None,
             None if asked is None else asked[other],
         )
+        t_k = max(t_k, float(config.get("min_threshold", 0.0)))
         idx = np.where(fold_of == k)[0]
         for i, lab in zip(idx, with_abstain(classes, oof[idx], t_k, ct_k), strict=True):
             pred_labels[i] = lab
@@ -110,4 +113,5 @@ def cross_validate(
         )
     ood_all = np.mean(ood_by_fold, axis=0) if ood_fields else None
     threshold, class_thr, selection = choose_thresholds(classes, oof, y.tolist(), ood_all, asked)
+    threshold = max(threshold, float(config.get("min_threshold", 0.0)))
     return CrossValidation(classes, scores, threshold, class_thr, selection)

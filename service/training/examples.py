@@ -9,7 +9,8 @@ a correction to ``unknown`` becomes out-of-taxonomy text. The held-out evaluatio
 (``tests/corpus`` and the blind sets ``tests/blind``, ``tests/blind2``, any ``tests/blind*``)
 are refused as training data.
 
-``<data>/real_threads/*.jsonl`` holds real physical log lines from public threads (fields
+``<data>/real_threads/*.jsonl`` (and ``<data>/real_logs/*.jsonl``, lines of whole public logs,
+same fields plus ``log_id``, ``line_no`` and ``context``) holds real physical log lines from public threads (fields
 ``line``, ``category``, ``role``, ``thread`` ...; ``training_data/real_threads/README.md``).
 Each line is parsed as the classifier parses it (:func:`service.parse.line.parse_line`) and
 its message is the example; its family is its thread, so cross-validation never puts one
@@ -21,8 +22,9 @@ reaches it); a cascade that repeats its cause's wording keeps the cause's catego
 lines are read first, so where a generated text masks to the same text, the real label wins.
 
 :func:`prepare` masks every example into its key line and whole event
-(:func:`service.classify.model_input.event_fields`), drops exact duplicates of a masked
-text, caps examples per family, and puts families whose masked texts coincide into one
+(:func:`service.classify.model_input.event_fields`) with its context (:mod:`.context`: a
+real line's stream replayed, a lone text's own words), drops exact duplicates of a masked
+text in the same context, caps examples per family, and puts families whose masked texts coincide into one
 group (union-find), so no wording is ever on both sides of a split.
 """
 
@@ -38,14 +40,19 @@ from typing import Any
 import numpy as np
 
 from service.classify.findings import error_like
+from service.classify.model_context import ModelContext
 from service.classify.model_input import event_fields
+from service.classify.rulebook import RuleBook
 from service.parse.line import parse_line
 from service.taxonomy import CATEGORY_TIER
+
+from .context import replay, text_context
 
 __all__ = [
     "ORIGIN_GENERATED",
     "ORIGIN_STRING",
     "ORIGIN_THREAD",
+    "REAL_LOGS",
     "REAL_THREADS",
     "UNKNOWN",
     "Example",
@@ -55,6 +62,7 @@ __all__ = [
 
 UNKNOWN = "unknown"
 REAL_THREADS = "real_threads"
+REAL_LOGS = "real_logs"  # labelled lines of whole public logs (tests/whole_logs/README.md)
 # where an example came from: a real line of a public thread, a generated variation, or a
 # real string (seed wordings, captured healthy runs, vLLM's own log strings)
 ORIGIN_THREAD, ORIGIN_GENERATED, ORIGIN_STRING = "thread", "generated", "string"
@@ -72,6 +80,8 @@ class Example:
     group: int = -1
     origin: str = ORIGIN_STRING
     asked: bool = True  # error-looking: the classifier would ask the model about it
+    context: ModelContext | None = None  # what the stream knew around it (model_context)
+    ctx: str = ""  # the context's words, as the model reads them
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -98,26 +108,44 @@ def _held_out(folder: str) -> bool:
     return folder == "corpus" or folder.startswith("blind")
 
 
+def _replayed(rows: list[dict[str, Any]], key: str) -> None:
+    """Each row's ``_context``: its stream's lines replayed in order (``key``: the row's
+    stream id), as the classifier would have seen them (:func:`.context.replay`)."""
+    streams: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        streams[str(row.get(key) or row["_where"])].append(row)
+    contexts = replay(
+        ((k, [r["line"] for r in rs]) for k, rs in streams.items()), RuleBook(with_signatures=True)
+    )
+    for row, ctx in zip((r for rs in streams.values() for r in rs), contexts, strict=True):
+        row["_context"] = ctx
+
+
 def _thread_rows(data_dir: Path) -> list[dict[str, Any]]:
-    """The real thread lines as example rows: the parsed message, the thread as family."""
+    """The real thread lines as example rows: the parsed message, the thread as family, the
+    context its thread's lines give it."""
+    raw: list[dict[str, Any]] = []
+    paths = [*(data_dir / REAL_THREADS).glob("*.jsonl"), *(data_dir / REAL_LOGS).glob("*.jsonl")]
+    for path in sorted(paths):
+        raw.extend(_read_jsonl(path, "line"))
+    _replayed(raw, "thread")
     rows = []
-    for path in sorted((data_dir / REAL_THREADS).glob("*.jsonl")):
-        for row in _read_jsonl(path, "line"):
-            cat = "healthy" if row.get("role") == "noise" else row.get("category")
-            line = parse_line(row["line"])
-            if cat == UNKNOWN and error_like(line, frozenset()) is None:
-                continue  # never asked of the model: no say in its thresholds
-            rows.append(
-                {
-                    **row,
-                    "text": line.message,
-                    "category": cat,
-                    "tier": None,
-                    "family": f"thread:{row.get('thread') or row['_where']}",
-                    "_origin": ORIGIN_THREAD,
-                    "_asked": error_like(line, frozenset()) is not None,
-                }
-            )
+    for row in raw:
+        cat = "healthy" if row.get("role") == "noise" else row.get("category")
+        line = parse_line(row["line"])
+        if cat == UNKNOWN and error_like(line, frozenset()) is None:
+            continue  # never asked of the model: no say in its thresholds
+        rows.append(
+            {
+                **row,
+                "text": line.message,
+                "category": cat,
+                "tier": None,
+                "family": f"thread:{row.get('thread') or row['_where']}",
+                "_origin": ORIGIN_THREAD,
+                "_asked": error_like(line, frozenset()) is not None,
+            }
+        )
     return rows
 
 
@@ -146,10 +174,16 @@ def load_examples(
         for row in rows:
             cat = row.get("category")
             fam = str(row.get("family") or row["_where"])
+            context = row.get("_context") or text_context(row["text"], str(row.get("source", "")))
             if is_ood or cat == UNKNOWN:
                 ood.append(
                     Example(
-                        row["text"], UNKNOWN, fam, str(row.get("source", "")), origin=row["_origin"]
+                        row["text"],
+                        UNKNOWN,
+                        fam,
+                        str(row.get("source", "")),
+                        origin=row["_origin"],
+                        context=context,
                     )
                 )
                 continue
@@ -174,16 +208,18 @@ def load_examples(
                     row.get("stage"),
                     origin=row["_origin"],
                     asked=bool(asked),
+                    context=context,
                 )
             )
     if feedback is not None:
         for i, row in enumerate(_read_jsonl(Path(feedback))):
             cat = row.get("category")
             fam = f"feedback:{i}"
+            context = text_context(row["text"])
             if cat == UNKNOWN:
-                ood.append(Example(row["text"], UNKNOWN, fam, "feedback"))
+                ood.append(Example(row["text"], UNKNOWN, fam, "feedback", context=context))
             elif cat in CATEGORY_TIER:
-                examples.append(Example(row["text"], cat, fam, "feedback"))
+                examples.append(Example(row["text"], cat, fam, "feedback", context=context))
             else:
                 raise ValueError(f"feedback {row['_where']}: unknown category {cat!r}")
     return examples, ood
@@ -195,9 +231,10 @@ def prepare(
     """Mask, drop duplicate masked texts, cap examples per family (generated variations of
     one wording at ``max_generated``: augmentation, not the bulk), assign leakage-free groups."""
     for ex in examples:
-        ex.key, ex.masked = event_fields(ex.text)
-    seen: dict[str, Example] = {}
+        ex.key, ex.masked, ex.ctx = event_fields(ex.text, ex.context)
+    seen: dict[tuple[str, str], Example] = {}
     kept: list[Example] = []
+    first_of: dict[str, Example] = {}
     conflicts = 0
     # union-find over family ids, joined whenever two families share a masked text
     parent: dict[str, str] = {}
@@ -218,9 +255,12 @@ def prepare(
         if not ex.masked.strip():
             continue
         find(ex.family)
-        prev = seen.get(ex.masked)
+        first = first_of.setdefault(ex.masked, ex)
+        if first is not ex:  # one wording, in any context, is one group
+            union(first.family, ex.family)
+        prev = seen.get((ex.masked, ex.ctx))
         if prev is None:
-            seen[ex.masked] = ex
+            seen[(ex.masked, ex.ctx)] = ex
             kept.append(ex)
         else:
             union(prev.family, ex.family)

@@ -23,6 +23,7 @@ import numpy as np
 
 from service.classify.linear_scorer import FeatureBlock, LinearTextScorer
 from service.classify.model_artifact import ArtifactError, loads_artifact
+from service.classify.model_input import Fields
 from service.incidents.codec import JsonObject
 
 from .recipe import as_matrix
@@ -166,7 +167,7 @@ def dumps_artifact(scorer: LinearTextScorer) -> bytes:
     return buf.getvalue()
 
 
-def export(pipeline: Any, check: Sequence[tuple[str, str]]) -> tuple[bytes, LinearTextScorer]:
+def export(pipeline: Any, check: Sequence[Fields]) -> tuple[bytes, LinearTextScorer]:
     """(artifact bytes, the scorer parsed back from them); :class:`ArtifactError` unless
     the parsed scorer reproduces the pipeline's probabilities on the ``check`` fields."""
     data = dumps_artifact(scorer_from_pipeline(pipeline))

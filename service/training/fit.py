@@ -115,8 +115,10 @@ def train(
     if max_examples is not None and len(examples) > max_examples:
         examples = _subset(examples, max_examples, seed)
     known = {e.masked for e in examples}
-    ood_fields = sorted({event_fields(e.text) for e in ood_raw if mask(e.text) not in known})
-    texts = [(e.key, e.masked) for e in examples]
+    ood_fields = sorted(
+        {event_fields(e.text, e.context) for e in ood_raw if mask(e.text) not in known}
+    )
+    texts = [(e.key, e.masked, e.ctx) for e in examples]
     y = np.array([e.category for e in examples])
     groups = np.array([e.group for e in examples])
     counts = Counter(y.tolist())
@@ -170,6 +172,7 @@ def train(
                 for p in [
                     *Path(data_dir).glob("*.jsonl"),
                     *Path(data_dir).glob("real_threads/*.jsonl"),
+                    *Path(data_dir).glob("real_logs/*.jsonl"),
                 ]
             ),
             "raw_by_origin": dict(sorted(Counter(e.origin for e in raw).items())),

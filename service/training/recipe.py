@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from service.classify.model_input import Fields
+
 __all__ = ["MODEL_CONFIG", "as_matrix", "build_pipeline", "fit_pipeline", "group_splits"]
 
 # The recipe. Chosen by group-held-out comparison (see training_data/README.md).
@@ -30,6 +32,12 @@ MODEL_CONFIG: dict[str, Any] = {
     "context_ngrams": (1, 2),
     "max_features_context": 20000,
     "context_weight": 1.0,
+    # the stream's context words (program, stage reached, level, kind, exception type,
+    # innermost frame's library: service/classify/model_context.py), one block of its own
+    "stream_weight": 0.3,
+    # the abstain floor never below this: whole logs ask the model about many more
+    # error-looking lines than the validation folds hold (false alarms cost a page)
+    "min_threshold": 0.5,
     "min_df": 1,
     "classifier": "linearsvc",
     "C": 0.25,
@@ -89,9 +97,9 @@ def _oov_tfidf_class() -> type:
 
 
 def build_pipeline(config: dict[str, Any], seed: int, cv: Any = None) -> Any:
-    """Features: TF-IDF word and character n-grams of the event's key line (column 0) and
-    word n-grams of the whole masked event (column 1, the context: frames, stage lines);
-    then a linear classifier with calibrated probabilities."""
+    """Features: TF-IDF word and character n-grams of the event's key line (column 0),
+    word n-grams of the whole masked event (column 1: frames, stage lines) and the stream's
+    context words (column 2); then a linear classifier with calibrated probabilities."""
     from sklearn.calibration import CalibratedClassifierCV
     from sklearn.compose import ColumnTransformer
     from sklearn.feature_extraction.text import TfidfVectorizer
@@ -144,6 +152,19 @@ def build_pipeline(config: dict[str, Any], seed: int, cv: Any = None) -> Any:
     if config["context_weight"] > 0:
         transformers.append(("context", context, 1))
         weights["context"] = float(config["context_weight"])
+    if config.get("stream_weight", 0) > 0:
+        stream = TfidfVectorizer(
+            analyzer="word",
+            ngram_range=(1, 1),
+            token_pattern=r"(?u)\b\w[\w.]*\b",
+            lowercase=True,
+            sublinear_tf=True,
+            min_df=1,
+            norm=norm,
+            dtype=np.float64,
+        )
+        transformers.append(("stream", stream, 2))
+        weights["stream"] = float(config["stream_weight"])
     features = ColumnTransformer(transformers, transformer_weights=weights)
     kind = config["classifier"]
     if kind == "linearsvc":
@@ -178,7 +199,7 @@ def group_splits(
 def fit_pipeline(
     config: dict[str, Any],
     seed: int,
-    fields: list[tuple[str, str]],
+    fields: list[Fields],
     y: np.ndarray,
     groups: np.ndarray,
 ) -> Any:
@@ -196,10 +217,11 @@ def fit_pipeline(
     return pipe
 
 
-def as_matrix(fields: Sequence[tuple[str, str]]) -> Any:
-    """The pipeline's input: an (n, 2) object array of (key line, whole event)."""
-    arr = np.empty((len(fields), 2), dtype=object)
-    for i, (k, w) in enumerate(fields):
+def as_matrix(fields: Sequence[Fields]) -> Any:
+    """The pipeline's input: an (n, 3) object array of (key line, whole event, context)."""
+    arr = np.empty((len(fields), 3), dtype=object)
+    for i, (k, w, c) in enumerate(fields):
         arr[i, 0] = k
         arr[i, 1] = w
+        arr[i, 2] = c
     return arr

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from service.incidents.codec import JsonObject
 from service.incidents.incident_json import IncidentBody
-from service.incidents.snapshots import StreamSnapshot
+from service.incidents.snapshots import StreamSnapshot, shown_reach
 from service.store import Store, queries
 from service.store.fleets import FLEET_PREFIX, members
 from service.store.queries import IncidentFilters, incident_view
@@ -170,12 +170,13 @@ def list_streams(store: Store, limit: int = MAX_STREAMS) -> list[StreamRow]:
     out: list[StreamRow] = []
     for r in rows:
         st: StreamSnapshot = r.state
+        stage, timeline = shown_reach(st)
         out.append(
             {
                 "stream": r.key,
                 "status": st.get("status"),
-                "stage": st.get("stage"),
-                "timeline": st.get("timeline") or {},
+                "stage": stage,
+                "timeline": timeline,
                 "meta": st.get("meta") or {},
                 "facts": st.get("facts") or {},
                 "run": st.get("run", 0),

@@ -19,7 +19,7 @@ from fastapi.responses import HTMLResponse, Response
 from service.api.timespec import parse_duration, parse_instant
 from service.notify.silences import silencing
 from service.store.views import DeliveryView
-from service.taxonomy import CATEGORIES, CATEGORY_TIER, STAGES, TIERS
+from service.taxonomy import CATEGORIES, CATEGORY_TIER, STAGE_INDEX, STAGES, TIERS
 from service.ui import data, present
 from service.ui.page import denied_read, poll_s, render, store
 
@@ -205,6 +205,7 @@ def incident_page(request: Request, incident_id: str) -> Response:
         extra=extra,
         playbook=extra.get("playbook") or {},
         ladder=present.ladder(inc),
+        stage_index=STAGE_INDEX,
         facts=present.facts_rows(inc.get("facts") or {}, inc.get("meta")),
         changed=extra.get("changed_since_last_good") or {},
         deliveries=deliveries,

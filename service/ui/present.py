@@ -184,8 +184,8 @@ class Placed(TypedDict):
 def ladder(inc: Placed) -> list[Rung]:
     """The startup ladder of one incident: every stage in order with when it was reached and
     its state: ``passed`` (the run went beyond it), ``failed`` (the incident's stage),
-    ``reached`` (reached, at or after the failed rung, e.g. a crash while already further),
-    ``not-reached``."""
+    ``reached`` (marked, when the incident has no stage), ``not-reached`` (every rung after
+    the failed one, whatever markers were printed before the failure)."""
     timeline = inc.get("timeline") or {}
     failed = inc.get("stage")
     failed_i = STAGE_INDEX.get(failed, -1) if failed else -1
@@ -198,6 +198,8 @@ def ladder(inc: Placed) -> list[Rung]:
             state = "failed"
         elif failed_i >= 0 and i < failed_i:
             state = "passed"
+        elif failed_i >= 0:
+            state, at = "not-reached", None
         elif at is not None:
             state = "reached"
         else:

@@ -1,0 +1,1 @@
+"""The third blind set (cases/, README.md) and its dev / held-out split (split.py)."""
