@@ -281,3 +281,20 @@ def test_a_held_failure_of_a_program_without_start_up_stages_pages_at_its_stall(
     assert [(c.kind, c.incident.severity, c.incident.primary.line) for c in changes][:1] == [
         ("opened", "critical", cq)
     ]
+
+
+def test_a_start_up_stopped_while_stuck_pages_its_held_finding() -> None:
+    """Ray never places the engine's GPUs (gpustack/gpustack#5509's wording), then the
+    orchestrator's SIGTERM: the start-up never got up, which is a failure outcome."""
+    waiting = (
+        "(EngineCore pid=84) INFO 06-07 18:13:55 [ray_utils.py:464] Waiting for creating a "
+        "placement group of specs for 150 seconds. specs=[{'GPU': 1.0}, {'GPU': 1.0}]. Check "
+        "`ray status` and `ray list nodes` to see if you have enough resources, and make sure "
+        "the IP addresses used by ray cluster are the same as VLLM_HOST_IP environment variable "
+        "specified in each node if you are running on a multi-node."
+    )
+    sigterm = (
+        "(APIServer pid=1) INFO 06-07 18:16:20 [launcher.py:80] Received SIGTERM, shutting down."
+    )
+    rep = report([VLLM_UP[0], VLLM_UP[1], waiting, sigterm])
+    assert rules_of(rep, "incidents") == ["ray-placement-group-stuck"] and rep["warnings"] == []

@@ -234,7 +234,7 @@ class IncidentBook:
         stalled = False
         for h in st.checks.held:
             settled = final or outcome.due(h, now, self.hold_s)
-            starting = outcome.ended_mid_startup(st)
+            starting = outcome.never_got_up(st)
             if settled and (outcome.went_on(st, h) or not starting):
                 self.warn(st, h, changes)
             else:

@@ -91,9 +91,10 @@ def due(h: Held, now: float | None, hold_s: float) -> bool:
     return now is None or t is None or now - t >= hold_s
 
 
-def ended_mid_startup(st: StreamState) -> bool:
-    """The run ended (its log, or a new run began) while starting, not shutting down."""
-    return st.status == STARTING and not st.shutting_down
+def never_got_up(st: StreamState) -> bool:
+    """The run is still starting: it never got ready or served (a start-up stopped while
+    starting - SIGTERM after a hang - never got up either: that is a failure outcome)."""
+    return st.status == STARTING
 
 
 KIND = Kind("outcome", OutcomeRules, runs=5)
