@@ -197,10 +197,10 @@ def test_burst_is_coalesced_and_later_changes_still_sent(store: Store, rx: Recei
 
 
 def test_receiver_down_for_a_while_gets_every_alert_once(store: Store, rx: Receiver) -> None:
+    cases = failing_cases(8)  # (chosen first: the receiver's failing window is timed)
     rx.fail(500, for_s=1.5)
     d = dispatcher(store, [hook(rx, timeout_s=0.3)])
     p = pipeline(store, router=d.router, on_commit=d.wake)
-    cases = failing_cases(8)
     d.start()
     try:
         for i, log in enumerate(cases):

@@ -142,7 +142,14 @@ def count_outbox(store: Store) -> int:
 
 
 def failing_cases(n: int) -> list[Path]:
-    """Corpus logs that open a critical incident (by their label file)."""
+    """Corpus logs that open a critical incident as they stream (by their label file; an
+    excerpt cut before its failure showed an outcome - a held NCCL WARN with nothing after
+    it - pages only at its stall: docs/taxonomy.md "Which findings page at once")."""
+    return [log for log in _failures_by_label() if _pages_as_it_streams(log)][:n]
+
+
+@functools.cache
+def _failures_by_label() -> tuple[Path, ...]:
     import json
 
     out = []
@@ -150,7 +157,15 @@ def failing_cases(n: int) -> list[Path]:
         label = json.loads(log.with_suffix(".json").read_text())
         if label.get("tier") not in (None, "none") and label.get("category") != "healthy":
             out.append(log)
-    return out[:n]
+    return tuple(out)
+
+
+@functools.cache
+def _pages_as_it_streams(log: Path) -> bool:
+    clf = Classifier(_rulebook())
+    return any(
+        c.incident.severity == "critical" for rec in read_files([str(log)]) for c in clf.feed(rec)
+    )
 
 
 # ---- migrations --------------------------------------------------------------------------

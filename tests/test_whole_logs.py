@@ -50,23 +50,8 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "ghghang2-v1-5-llama-server-log-e3d8a94": (
         "llama.cpp mmproj warm-up 'cudaMalloc failed: out of memory', retried without flash attention; the server then serves (class: recovered allocation retry read as OOM)"
     ),
-    "kiloma-advanced-solu-plg-ai-vllm-log-54c903f": (
-        "torch c10d '[::ffff:127.0.0.1] errno 97 Address family not supported' warning on an IPv4-only host; vLLM serves (class: benign c10d socket warning read as internode_network)"
-    ),
-    "kiloma-advanced-solu-plg-ai-vllm-log-a0201d5": (
-        "torch c10d '[::ffff:127.0.0.1] errno 97 Address family not supported' warning on an IPv4-only host; vLLM serves (class: benign c10d socket warning read as internode_network)"
-    ),
-    "leililab-walar-grpo-log-19280be": (
-        "verl GRPO log committed mid-training (33 steps done): the stage tracker does not know verl's training progress and reports a distributed_init stall (class: stall on a log that ends while a foreign program works)"
-    ),
     "on1659-radarcustomllm-game-llama-server-log-19c0d0e": (
         "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "timez-zx-nccl-tests-nccl-fault-log-783113c": (
-        "NCCL INFO 'dlvsym failed on mlx5dv_get_data_direct_sysfs_path ... undefined symbol': an optional rdma-core probe, the test passes (class: NCCL INFO probe read as library_mismatch)"
-    ),
-    "timez-zx-nccl-tests-nccl-log-2a9fe54": (
-        "NCCL INFO 'dlvsym failed on mlx5dv_get_data_direct_sysfs_path ... undefined symbol': an optional rdma-core probe, the test passes (class: NCCL INFO probe read as library_mismatch)"
     ),
     "zhiyuanhubj-logic-rl-formula-log-log-1f0964e": (
         "'No module named vllm._version' import warning in a verl job that goes on to train (class: benign import warning read as library_mismatch)"

@@ -18,6 +18,7 @@ from typing import Protocol
 from service.classify import events as ev
 from service.classify import runs
 from service.classify.findings import Findings
+from service.classify.judgements import outcome
 from service.classify.judgements.registry import Judges
 from service.classify.rulebook import RuleBook
 from service.classify.stream_state import FAILED, SERVING, STARTING
@@ -182,10 +183,13 @@ class Judgements:
 
 class Find:
     """The line's finding (:mod:`.findings`), or the line as evidence of the open incident
-    (a benign line no signature explains has none)."""
+    (a benign line no signature explains has none). A finding not fatal by itself, in a run
+    that has not failed, waits for the run's outcome (``hold``: block ``outcome`` enabled;
+    :mod:`.judgements.outcome`)."""
 
-    def __init__(self, findings: Findings) -> None:
+    def __init__(self, findings: Findings, hold: bool = True) -> None:
         self.findings = findings
+        self.hold = hold
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line, hits = seen.st, seen.line, seen.hits
@@ -195,7 +199,16 @@ class Find:
             if hits.benign and not hits.signatures
             else self.findings.of_line(st, line, hits.signatures, seen.time)
         )
-        return [ev.Noted(line.text) if found is None else ev.Found(found, line.proc_key)]
+        if found is None:
+            return [ev.Noted(line.text)]
+        if self.hold and st.current() is None:
+            rules = self.findings.rules
+            sig = (
+                rules.signature(found.rule) if found.method == "signature" and found.rule else None
+            )
+            if outcome.needs_outcome(found, line, sig):
+                return [ev.Hold(found, line.proc_key, outcome.yields(found, line, sig))]
+        return [ev.Found(found, line.proc_key)]
 
 
 def settle(seen: ev.Seen) -> Sequence[ev.Event]:

@@ -18,10 +18,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from service.classify import chain, kube
-from service.classify.events import Found, Judged, Seen, Settle, new_run
+from service.classify.events import Found, HeldDue, Judged, Seen, Settle, new_run
 from service.classify.findings import Findings, TextModelLike
 from service.classify.incident_book import IncidentBook
-from service.classify.judgements import crash_loops, stalls
+from service.classify.judgements import crash_loops, outcome, stalls
 from service.classify.judgements.registry import Judges
 from service.classify.redaction import Blocks
 from service.classify.restarts import Restarts
@@ -72,7 +72,16 @@ class Classifier:
             rules, playbook, text_model, self.tracker.novelty, self.tracker.tracks.innermost
         )
         self.restarts = Restarts(self.tracker, self.judges.restarted)
-        self.book = IncidentBook(rules, playbook, self.findings, self.restarts, self.tracker)
+        held = judgements.get(outcome.KIND)
+        self.book = IncidentBook(
+            rules,
+            playbook,
+            self.findings,
+            self.restarts,
+            self.tracker,
+            held.hold_s,
+            judgements.get(stalls.KIND).deadlines_s,
+        )
         self.chain: Stages = (
             chain.QuietServing(rules, self.judges),
             chain.parse,
@@ -83,7 +92,7 @@ class Classifier:
             chain.ready,
             chain.status,
             chain.Judgements(self.judges),
-            chain.Find(self.findings),
+            chain.Find(self.findings, hold=held.enabled),
         )
         self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))
         self.evidence_chain: Stages = (
@@ -188,7 +197,8 @@ class Classifier:
     # ---- the timer and the end of a log ---------------------------------------------
     def tick(self, now: float) -> list[Change]:
         """Timer check: a restart's failure undecided for ``restarts.pending_wait_s`` is
-        judged; the judges look at every stream (a startup stuck past its deadline)."""
+        judged; the judges look at every stream (a startup stuck past its deadline); findings
+        held for ``outcome.hold_s`` whose run went on are warnings."""
         wait = self.judgements.get(crash_loops.KIND).pending_wait_s
         changes: list[Change] = []
         for st in list(self.tracker.streams.values()):
@@ -196,12 +206,19 @@ class Classifier:
             if pend and (pend.since is None or now - pend.since >= wait):
                 self.book.apply(st, [Settle(True)], changes)
             self.check_stall(st, now, changes)
+            if st.checks.held:
+                self.book.apply(st, [HeldDue(now, False)], changes)
         return changes
 
     def check_stall(self, st: StreamState, now: float, changes: list[Change]) -> None:
         """The judges' word on ``st`` at ``now`` (the service's clock, or the end of an
         offline log / ``--now``): a stall incident when it is stuck in a startup stage."""
         self.book.apply(st, [Judged(j, now) for j in self.judges.tick(st, now)], changes)
+
+    def close_held(self, st: StreamState, changes: list[Change]) -> None:
+        """The log ended: findings still held are decided - warnings when the run went on or
+        is up, the failure when it ended mid-start-up (:mod:`.judgements.outcome`)."""
+        self.book.apply(st, [HeldDue(st.last_time, True)], changes)
 
     def close_truncated(self, st: StreamState, changes: list[Change]) -> None:
         """The log ended inside a traceback with no exception line (a cut paste): infer what

@@ -5,8 +5,9 @@ only the incident book applies (:meth:`~.incident_book.IncidentBook.apply`).
 * run events: the line is counted, a new run starts, a stage is reached, the server is
   ready or serving or shutting down, facts and the API server's pid are read;
 * a traceback's frames: the stage they hint, a finding they refine;
-* judgements (:class:`Judged`), a line's finding (:class:`Found`) or its evidence
-  (:class:`Noted`), a restart's pending failure to settle (:class:`Settle`), a crash loop
+* judgements (:class:`Judged`), a line's finding (:class:`Found`), one that waits for the
+  run's outcome (:class:`Hold`) or its evidence (:class:`Noted`), the held findings to decide
+  (:class:`HeldDue`), a restart's pending failure to settle (:class:`Settle`), a crash loop
   Kubernetes confirmed (:class:`BackOff`).
 """
 
@@ -145,6 +146,26 @@ class Found:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """A finding not fatal by itself: it waits for the run's outcome
+    (:mod:`.judgements.outcome`; ``yields``: it gives the root cause to a later failure)."""
+
+    finding: Finding
+    process: str | None
+    yields: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HeldDue:
+    """The held findings are decided at ``now`` (those that waited long enough): a warning
+    when the run went on; ``final``: the attempt ended (the end of an offline log, a new run),
+    so those of a run that ended mid-start-up page."""
+
+    now: float | None
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Noted:
     """A line with no finding: evidence of the open incident."""
 
@@ -200,6 +221,8 @@ Event = (
     | Refined
     | Judged
     | Found
+    | Hold
+    | HeldDue
     | Noted
     | Settle
     | Observed

@@ -7,20 +7,26 @@ takes over, the rest are its cascades and evidence) or opens one; the first fail
 restarted run goes to :class:`Restarts`; every incident carries what :mod:`.explain` adds.
 Warnings (role ``warning``) are incidents of their own that never page, one per rule and
 run; everything else is the run's one ``critical`` incident.
+
+A finding not fatal by itself is held (:mod:`.judgements.outcome`): the run's first failure
+outcome opens the incident with the held findings (:meth:`IncidentBook.release`); when the
+run went on instead, each becomes a warning (:meth:`IncidentBook.decide`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from service.classify import events as ev
 from service.classify import runs
 from service.classify.explain import COMPAT_TIER, Explainer
 from service.classify.findings import Findings
+from service.classify.judgements import outcome
+from service.classify.judgements.stalls import is_stall
 from service.classify.restarts import Restarts, link, link_of
 from service.classify.rulebook import RuleBook
 from service.classify.rules import PlaybookRules
-from service.classify.run_state import Pending
+from service.classify.run_state import MAX_HELD, Held, Pending
 from service.classify.stream_state import (
     FAILED,
     READY,
@@ -48,7 +54,11 @@ class IncidentBook:
         findings: Findings,
         restarts: Restarts,
         tracker: StreamTracker,
+        hold_s: float = 120.0,
+        deadlines: Mapping[str, float] | None = None,
     ) -> None:
+        self.hold_s = hold_s  # judgements.yaml outcome.hold_s
+        self.deadlines = deadlines or {}  # stalls.deadlines_s: a start-up that did not go on
         self.cuda = rules.cuda
         self.explain = Explainer(rules, playbook)
         self.findings = findings
@@ -67,6 +77,10 @@ class IncidentBook:
                         if opens and st.first_time is None:
                             st.first_time = time
                 case ev.NewRun(time):
+                    if st.checks.held:  # the attempt ended: its held findings are decided
+                        self.decide(st, None, True, changes)
+                        if st.pending is not None:
+                            self.restarts.settle(st, changes, True)
                     runs.new_run(st, time)
                     merge_meta(st, st.meta, self.cuda)
                 case ev.ApiServer(pid):
@@ -110,6 +124,14 @@ class IncidentBook:
                     inc = self.attach(st, finding, changes)
                     if process is not None:  # later frames of the process may refine it
                         self.tracker.tracks.watch((st.key, process), finding, inc)
+                case ev.Hold(finding, process, yields):
+                    if len(st.checks.held) < MAX_HELD:
+                        st.checks.held.append(Held(finding, process, yields, st.stage, st.status))
+                    if process is not None:  # its later frames may still refine it
+                        self.tracker.tracks.watch((st.key, process), finding, None)
+                case ev.HeldDue(now, final):
+                    if st.checks.held:
+                        self.decide(st, now, final, changes)
                 case ev.Noted(text):
                     self.note(st, text)
                 case ev.Settle(final):
@@ -136,8 +158,11 @@ class IncidentBook:
                         changes.append(Change("updated", inc))
 
     def attach(self, st: StreamState, f: Finding, changes: list[Change]) -> Incident | None:
-        """Attach ``f`` to the run's open incident of its severity, or open one."""
+        """Attach ``f`` to the run's open incident of its severity, or open one (with the
+        run's held findings: ``f`` is the outcome they waited for)."""
         severity = "warning" if f.role == "warning" else "critical"
+        if severity == "critical" and st.checks.held and st.current() is None:
+            return self.release(st, f, changes)
         if severity == "warning":
             inc = next(
                 (
@@ -176,6 +201,56 @@ class IncidentBook:
         else:
             changes.append(Change("evidence", inc))
         return inc
+
+    def release(self, st: StreamState, f: Finding | None, changes: list[Change]) -> Incident | None:
+        """The run shows a failure outcome, ``f`` (None: it ended mid-start-up): its held
+        findings page with it, in order of appearance and ``f`` last, so the ranking of root
+        causes is the one they would have had at once; a held finding that yields (an
+        ERROR-level fallback, a model's guess) is only related to a later failure's incident
+        (a cascade or a stall is an outcome, not a better cause: it competes with them)."""
+        held, st.checks.held = st.checks.held, []
+        failure = f is not None and f.role in ("cause", "symptom") and not is_stall(f.rule)
+        inc: Incident | None = None
+        later = [h.finding for h in held if h.yields and failure]
+        for h in held:
+            if not (h.yields and failure):
+                inc = self.attach(st, h.finding, changes)
+        if f is not None:
+            inc = self.attach(st, f, changes)
+        if inc is not None and later:
+            for g in later:
+                inc.relate(g)
+            changes.append(Change("evidence", inc))
+        return inc
+
+    def decide(
+        self, st: StreamState, now: float | None, final: bool, changes: list[Change]
+    ) -> None:
+        """The held findings that waited ``hold_s`` at ``now`` (all, when ``final``): a warning
+        when the run went on or is up; kept while a start-up has not moved, until its stall
+        (the stall judgement, or the stall deadline of the stage a finding was held at) or, when
+        ``final``, the run ended mid-start-up: then they page (its best reason)."""
+        keep: list[Held] = []
+        stalled = False
+        for h in st.checks.held:
+            settled = final or outcome.due(h, now, self.hold_s)
+            starting = outcome.never_got_up(st)
+            if settled and (outcome.went_on(st, h) or not starting):
+                self.warn(st, h, changes)
+            else:
+                keep.append(h)
+                stalled = stalled or outcome.overdue(h, now, self.deadlines)
+        st.checks.held = keep
+        if keep and (final or stalled):
+            self.release(st, None, changes)
+
+    def warn(self, st: StreamState, h: Held, changes: list[Change]) -> None:
+        """Held ``h``'s run went on: its finding is a warning (never pages)."""
+        f = h.finding
+        f.role = "warning"
+        went = f"the run went on (reached {st.stage})" if st.stage else "the run went on"
+        f.detail = f"not fatal by itself and {went}: a warning, not a page"
+        self.attach(st, f, changes)
 
     def open(
         self,

@@ -59,6 +59,11 @@ class Signature(BaseModel):
     quiet_on: list[str] = Field(
         default_factory=list
     )  # platforms (the `platform` fact) where it is noise
+    # Whether the line alone is a failure that pages at once (True), or a finding that pages
+    # only once the stream shows a failure outcome (False: a fallback, a probe); None: by the
+    # line (docs/taxonomy.md "Which findings page at once": an exception line, an error-level
+    # or unlevelled line is fatal; a library's INFO / WARN line waits for an outcome).
+    fatal: bool | None = None
     examples: Examples[str]
 
     @field_validator("category")

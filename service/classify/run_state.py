@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from service.incidents.finding import Finding
 from service.incidents.incident_json import LastFailure
 from service.incidents.snapshots import (
     FailureSnapshot,
+    HeldSnapshot,
     PendingSnapshot,
     ServingStatsSnapshot,
     StreamExtra,
@@ -48,12 +50,29 @@ class ServingStats:
 
 
 @dataclass(slots=True)
+class Held:
+    """A finding not fatal by itself, waiting for its run's outcome (``judgements/outcome.py``):
+    ``process``, whose later frames may refine it; ``yields``, it gives the root cause to a
+    later failure; ``stage`` and ``status``, where the run was when it was held."""
+
+    finding: Finding
+    process: str | None
+    yields: bool
+    stage: str | None
+    status: str
+
+
+MAX_HELD = 16  # held findings kept per run (the first ones: a run that goes on says so early)
+
+
+@dataclass(slots=True)
 class RunState:
     """What the checks count in the current run (a new run starts it afresh)."""
 
     waiting: Waiting | None = None
     stats: ServingStats | None = None
     api_pid: int | None = None  # the API server's process
+    held: list[Held] = field(default_factory=list)  # findings waiting for the run's outcome
     ready: bool = False  # the run's ready marker was seen: a failure now is a request's
 
 
@@ -130,6 +149,12 @@ def run_state_of(extra: StreamExtra) -> RunState:
         waiting=Waiting(w["template"], w["stage"], w["count"], w.get("first")) if w else None,
         stats=None if s is None else _stats_of(s),
         api_pid=extra.get("api_pid"),
+        held=[
+            Held(
+                Finding.from_dict(h["finding"]), h["process"], h["yields"], h["stage"], h["status"]
+            )
+            for h in extra.get("held", [])
+        ],
         ready=extra.get("ready", False),
     )
 
@@ -183,6 +208,17 @@ def extra_of(
         )
     if run.api_pid is not None:
         out["api_pid"] = run.api_pid
+    if run.held:
+        out["held"] = [
+            HeldSnapshot(
+                finding=h.finding.to_dict(),
+                process=h.process,
+                yields=h.yields,
+                stage=h.stage,
+                status=h.status,
+            )
+            for h in run.held
+        ]
     if run.ready:
         out["ready"] = True
     if pod_life.ended is not None or pod_life.created is not None:

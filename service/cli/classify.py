@@ -249,7 +249,10 @@ def _human(rep: StreamReport, colour: bool) -> str:
         limit = stopped.get("deadline_s")
         out.append(
             "   "
-            + c("other", f"not healthy yet: the log ends during {stopped['stage'] or 'start-up'}")
+            + c(
+                "other",
+                f"ended mid-start-up (during {stopped['stage'] or 'start-up'}): not healthy",
+            )
             + (f", no progress for {quiet / 60:.1f} min" if quiet is not None else "")
             + (
                 f" (stall deadline {limit / 60:.0f} min; --now checks a live capture)"

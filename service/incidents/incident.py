@@ -112,6 +112,17 @@ class Incident(Record[IncidentBody]):
             self.related.append(finding)
         return False
 
+    def relate(self, finding: Finding) -> None:
+        """Attach ``finding`` as related only, never as the root cause (a held fallback that
+        a later failure explains; ``classify/judgements/outcome.py``)."""
+        key = _cascade_key(finding)
+        if (
+            len(self.related) < MAX_RELATED
+            and key != _cascade_key(self.primary)
+            and not any(_cascade_key(r) == key for r in self.related)
+        ):
+            self.related.append(finding)
+
     def mark_crash_loop(self, loop: CrashLoop) -> None:
         """``inc`` is a crash loop (``loop``); its ``extra`` shows it (``crash_loop``,
         ``crash_loop_at`` or ``crash_loop_source``, ``restart_helps``, ``note``)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypedDict, TypeVar
 
-from service.incidents.incident_json import IncidentBody, LastFailure
+from service.incidents.incident_json import FindingBody, IncidentBody, LastFailure
 from service.taxonomy import reach_before, reached_by
 
 S = TypeVar("S")
@@ -49,6 +49,16 @@ class FailureSnapshot(TypedDict):
     incident: str
 
 
+class HeldSnapshot(TypedDict):
+    """A finding waiting for its run's outcome (``extra.held``)."""
+
+    finding: FindingBody
+    process: str | None
+    yields: bool
+    stage: str | None
+    status: str
+
+
 class StreamExtra(TypedDict, total=False):
     """The typed state of a stream (``StreamState`` and its ``RunState``) as saved: each
     key only once it applies; the keys older versions wrote, read back into those fields."""
@@ -56,6 +66,7 @@ class StreamExtra(TypedDict, total=False):
     waiting: WaitingSnapshot  # per run
     stats: ServingStatsSnapshot  # per run
     api_pid: int  # per run: the API server's process
+    held: list[HeldSnapshot]  # per run: findings waiting for the run's outcome
     ready: bool  # per run: the ready marker was seen
     pod_life: dict[str, float | None]  # "ended" / "created" → when (restart evidence)
     last_failure: LastFailure

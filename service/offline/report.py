@@ -123,7 +123,8 @@ def _year(now: float | None) -> int:
 def finish(
     clf: Classifier, order: list[str], seen: dict[str, dict[str, Incident]], now: float | None
 ) -> list[StreamReport]:
-    """End of the input: truncated tracebacks and stalls, then one report per stream."""
+    """End of the input: truncated tracebacks, stalls and findings held for an outcome, then
+    one report per stream."""
     for key in order:
         st = clf.state(key)
         changes: list[Change] = []
@@ -131,6 +132,7 @@ def finish(
         end = now if now is not None else st.last_time
         if end is not None:
             clf.check_stall(st, end, changes)
+        clf.close_held(st, changes)
         _collect(seen, changes)
     # (a stream that only heard of its pod's lifecycle - created, deleted - has no report)
     return [
@@ -160,7 +162,9 @@ def stream_report(
     st = clf.state(key)
     ordered = order_incidents(incidents)
     stopped: Stopped | None = None
-    if st.status == STARTING and not st.shutting_down:  # the log ends mid-startup
+    # the log ends mid-start-up: a start-up line was its latest news (a stream that never
+    # showed one - another program's log the stage rules do not know - says nothing of it)
+    if st.status == STARTING and not st.shutting_down and st.stage is not None:
         since = st.last_stage_change if st.last_stage_change is not None else st.first_time
         end = now if now is not None else st.last_time
         stopped = {

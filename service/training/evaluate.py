@@ -19,6 +19,7 @@ from service.offline.report import classify_records
 from service.sources.files import read_file
 
 MODES = ("signatures", "model", "hybrid")
+STOPPED = "stopped"  # the verdict on a log that ends mid-start-up (docs/taxonomy.md)
 
 
 @dataclass
@@ -61,9 +62,12 @@ def predict(case: Case, clf: Classifier) -> dict[str, Any]:
             "rule": p["rule"],
             "method": p["method"],
         }
+    # a log that ends mid-start-up is never the healthy verdict: its own, "stopped" (no
+    # failure line, so no tier; offline nothing pages - in the service it is the stall)
+    stopped = rep is not None and rep["stopped"] is not None
     return {
         "tier": "none",
-        "category": "healthy",
+        "category": STOPPED if stopped else "healthy",
         "stage": rep["stage"] if rep else None,
         "line": "",
         "rule": None,
@@ -94,15 +98,18 @@ def score(cases: list[Case], preds: list[dict[str, Any]]) -> dict[str, Any]:
     y_true = [c.category for c in cases]
     y_pred = [p["category"] for p in preds]
     labels = sorted(set(y_true))
-    missed = [
+    missed = [  # a failure that pages nothing (healthy, or a log that ends mid-start-up)
         c.id
         for c, p in zip(cases, preds, strict=True)
-        if c.category != "healthy" and p["category"] == "healthy"
+        if c.category != "healthy" and p["category"] in ("healthy", STOPPED)
     ]
-    false_alarms = [
+    false_alarms = [  # a page on a healthy log (a log that ends mid-start-up pages nothing)
         c.id
         for c, p in zip(cases, preds, strict=True)
-        if c.category == "healthy" and p["category"] != "healthy"
+        if c.category == "healthy" and p["category"] not in ("healthy", STOPPED)
+    ]
+    stopped = [  # ended mid-start-up: neither healthy nor a page, whatever the label
+        c.id for c, p in zip(cases, preds, strict=True) if p["category"] == STOPPED
     ]
     wrong = [
         {
@@ -121,6 +128,7 @@ def score(cases: list[Case], preds: list[dict[str, Any]]) -> dict[str, Any]:
         "stage_accuracy": round(stage_ok / len(staged), 4) if staged else 0.0,
         "missed_failures": missed,
         "false_alarms": false_alarms,
+        "stopped": stopped,
         "wrong": wrong,
     }
 

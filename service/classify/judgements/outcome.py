@@ -1,0 +1,100 @@
+"""A page needs an outcome (block ``outcome``): a finding that is not fatal by itself waits,
+held, for what the stream does next (docs/taxonomy.md "Which findings page at once").
+
+* **Fatal at once** (:func:`needs_outcome` is False): an exception line (a traceback reached
+  its top, or a bare ``XError: ...``), a signature's line at ``ERROR`` / ``CRITICAL`` level or
+  with no level (a program's own failure message, the kernel, the container runtime), a
+  signature that says ``fatal: true`` whatever the level (the driver too old, an engine that
+  died), a judgement (a stall is the start-up's outcome), Kubernetes' evidence (the container
+  exited or was killed), a log that ends inside a traceback.
+* **Needs an outcome**: a signature's line at ``INFO`` / ``WARNING`` / ``DEBUG`` level (a
+  library's notice: NCCL ``WARN`` / ``INFO``, a Python warning, a probe) or a signature that
+  says ``fatal: false`` (a known fallback or probe at any level), and the text model's or the
+  heuristic's guess on a line that is not an exception (an ``ERROR``-level fallback, an NCCL
+  ``WARN`` line, another program's unlevelled line).
+
+A held finding pages only when the run then shows a failure outcome (a fatal finding, a
+stall, the container's death, a run that ends mid-start-up); when the run goes on (a later
+start-up stage, ready, serving lines, training steps, benchmark rows) it is a warning after
+``hold_s``; a start-up that does not go on pages it at the stall deadline of its stage. Held ``ERROR``-level fallbacks and model guesses (:func:`yields`) are never the
+root cause when a later failure exists: they join its incident as related findings.
+
+Configuration and pure decisions: the chain's ``Find`` stage holds (:mod:`..chain`), the
+incident book releases or settles (:mod:`..incident_book`), the classifier's timer and the
+end of an offline log ask for the decision (:mod:`..engine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import Field
+
+from service.classify.judgements.judge import Config, Kind
+from service.classify.rules import Signature
+from service.classify.run_state import Held
+from service.classify.stream_state import READY, SERVING, STARTING, STOPPED, StreamState
+from service.incidents.finding import Finding
+from service.parse import line as L
+from service.taxonomy import STAGE_INDEX, later_stage
+
+NOTICE_LEVELS = frozenset({"INFO", "WARNING", "DEBUG", "TRACE"})  # a notice, not a failure
+UP = (READY, SERVING, STOPPED)  # the server got up (or stopped in order)
+
+
+class OutcomeRules(Config):
+    hold_s: float = Field(gt=0)  # seconds a held finding waits before the run's going on counts
+
+
+def needs_outcome(f: Finding, line: L.Line, sig: Signature | None) -> bool:
+    """Whether ``f`` (the finding of ``line``; ``sig``: the signature that made it) pages only
+    once the stream shows a failure outcome (see the module's docstring)."""
+    if f.role == "warning" or line.kind == L.EXCEPTION:
+        return False
+    if sig is None:  # the text model's or the heuristic's guess on a non-exception line
+        return True
+    if sig.fatal is not None:
+        return not sig.fatal
+    return line.level in NOTICE_LEVELS
+
+
+def yields(f: Finding, line: L.Line, sig: Signature | None) -> bool:
+    """Whether held ``f`` gives the root cause to a later failure of its run: an ``ERROR``-level
+    fallback (a line that is not an exception and no signature calls fatal) or a guess of the
+    model; a library's WARN / INFO that a signature knows competes as before (an NCCL WARN
+    naming the transport that failed explains the generic "NCCL error" raised after it)."""
+    return sig is None or line.level not in NOTICE_LEVELS
+
+
+def went_on(st: StreamState, h: Held) -> bool:
+    """Whether the run went on after ``h`` was held: it got up since (ready, or serving: requests,
+    stats, and for other programs their work - training steps, benchmark rows, ``stages.yaml``
+    ``serving:``), or got past the start-up stage it was in and the stage of the finding."""
+    if st.status in UP and h.status not in UP:
+        return True
+    since = later_stage(h.stage, h.finding.stage) or h.finding.stage  # where the run was
+    return st.stage is not None and STAGE_INDEX[st.stage] > STAGE_INDEX.get(since, -1)
+
+
+def overdue(h: Held, now: float | None, deadlines: Mapping[str, float]) -> bool:
+    """Whether ``h``'s start-up has not gone on for the stall deadline of the stage it was held
+    at (block ``stalls``): the stall outcome, also for a program whose stages the stall
+    judgement never saw (its finding's stage is the one it stalled in)."""
+    stage = later_stage(h.stage, h.finding.stage) or h.finding.stage
+    t, limit = h.finding.time, deadlines.get(stage)
+    return now is not None and t is not None and limit is not None and now - t > limit
+
+
+def due(h: Held, now: float | None, hold_s: float) -> bool:
+    """Whether ``h`` has waited its ``hold_s`` at ``now`` (a finding without a time: at once)."""
+    t = h.finding.time
+    return now is None or t is None or now - t >= hold_s
+
+
+def never_got_up(st: StreamState) -> bool:
+    """The run is still starting: it never got ready or served (a start-up stopped while
+    starting - SIGTERM after a hang - never got up either: that is a failure outcome)."""
+    return st.status == STARTING
+
+
+KIND = Kind("outcome", OutcomeRules, runs=5)
