@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 from pathlib import Path
 
 import ahocorasick
@@ -22,11 +23,19 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from service import metrics
 from service.classify.rules import Examples
+from service.classify.unlayer import unlayer
+from service.records import Meta
 
 REDACTION_FILE = "redaction.yaml"
 LINE_CAP = 8192  # characters of a line kept past the door (the parser's and the store's cap)
 MAX_OPEN_BLOCKS = 4096  # streams with a multi-line secret open at once (the oldest goes)
 SECRET_GROUP = "secret"
+WINDOW = 1024  # characters past the cut read for a secret that straddles it
+LABEL_CACHE = 4096  # distinct label sets remembered as masked
+SENTINEL_VALUE = "Zq7xWv3Kp9Lm2Rt8"  # a value any secret-named key would lose
+# the text fields of Meta (service.records) masked beside the line
+META_TEXT = ("namespace", "pod", "container", "container_id", "pod_id", "node", "image")
+META_TEXT += ("image_id", "tag")
 Blocks = OrderedDict[str, int]  # stream → index of the pattern whose multi-line secret is open
 
 
@@ -110,6 +119,8 @@ class Redactor:
         for lit, idx in by_literal.items():
             self._auto.add_word(lit, tuple(idx))
         self._usable = bool(by_literal)
+        # pods' labels, as they came → as masked (a pod's records carry the same labels)
+        self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         if self._usable:
             self._auto.make_automaton()
 
@@ -136,50 +147,78 @@ class Redactor:
         counted: bool = True,
     ) -> str:
         """``text`` with every secret the patterns find replaced (counted per pattern in
-        ``sentinel_redactions_total`` unless ``counted`` is False). ``stream`` and
-        ``blocks`` (the caller's, e.g. a classifier's: stream → the pattern whose block is
-        open): for patterns whose secret spans lines (``block_end``). The redactor itself
-        holds no state, so threads may share it."""
+        ``sentinel_redactions_total`` unless ``counted`` is False). The patterns look at the
+        line with its layers undone (:func:`~service.classify.unlayer.unlayer`: escapes,
+        percent-encoding, look-alikes); what they find is replaced in the line as it came,
+        which keeps its form elsewhere. A line longer than :data:`LINE_CAP` is cut there
+        after it is redacted, so a secret straddling the cut is masked whole. ``stream``
+        and ``blocks`` (the caller's, e.g. a classifier's: stream → the pattern whose block
+        is open): for patterns whose secret spans lines (``block_end``). The redactor
+        itself holds no state, so threads may share it."""
         if len(text) > LINE_CAP:  # the parser reads no more, the store keeps no more
-            text = text[: LINE_CAP - 1] + "…"
+            return _cut(self.redact(_window(text), stream, blocks, counted=counted))
         if stream is not None and blocks and stream in blocks:
             return self._in_block(text, stream, blocks, counted)
         if not text:
             return text
-        for i in self.wanted(text):
+        plain = unlayer(text)
+        spans: list[tuple[int, int, int]] = []  # (start, end, pattern) in the line as it came
+        for i in self.wanted(plain.text):
             c = self._compiled[i]
             count = 0
-
-            def sub(m: regex.Match[str], c: _Compiled = c) -> str:
-                nonlocal count
-                whole = m.group(0)
-                if not c.grouped:
-                    if whole == c.replace:
-                        return whole
-                    count += 1
-                    return c.replace
-                s, e = m.span(SECRET_GROUP)
-                if s < 0 or s == e or m.string[s:e] == c.replace:
-                    return whole
+            for m in c.rx.finditer(plain.text):
+                s, e = m.span(SECRET_GROUP) if c.grouped else m.span()
+                if s < 0 or s == e:
+                    continue
+                s, e = plain.span(s, e)
+                if text[s:e] == c.replace or _covered(spans, s, e):
+                    continue
+                spans.append((s, e, i))
                 count += 1
-                base = m.start()
-                return whole[: s - base] + c.replace + whole[e - base :]
-
-            before = text
-            text = c.rx.sub(sub, text)
             if count and counted:
                 metrics.REDACTIONS.labels(pattern=c.name).inc(count)
-            if (
-                stream is not None
-                and blocks is not None
-                and c.end is not None
-                and c.rx.search(before) is not None
-                and not c.end.search(text)
-            ):
-                blocks[stream] = i
-                if len(blocks) > MAX_OPEN_BLOCKS:
-                    blocks.popitem(last=False)
-        return text
+            if stream is not None and blocks is not None and c.end is not None:
+                self._open_block(plain.text, c, i, stream, blocks)
+        return _replace(text, spans, self._compiled) if spans else text
+
+    def _open_block(self, plain: str, c: _Compiled, i: int, stream: str, blocks: Blocks) -> None:
+        """A multi-line secret whose start is on this line and whose end is not: the
+        stream's next lines are in its block."""
+        assert c.end is not None
+        m = c.rx.search(plain)
+        if m is not None and not c.end.search(plain, m.start()):
+            blocks[stream] = i
+            if len(blocks) > MAX_OPEN_BLOCKS:
+                blocks.popitem(last=False)
+
+    def redact_meta(self, meta: Meta) -> None:
+        """Mask, in place, what a record's envelope carries beside its line: its text
+        fields (pod, image, tag ...) and its labels, keys and values; a label whose key
+        names a secret (``api-token: ...``) loses its value whatever it holds."""
+        plain = cast(dict[str, object], meta)
+        for key in META_TEXT:
+            v = plain.get(key)
+            if type(v) is str and v:
+                plain[key] = self.redact(v, counted=False)
+        labels = meta.get("labels")
+        if labels:
+            items = tuple((k, v if isinstance(v, str) else str(v)) for k, v in labels.items())
+            cached = self._labels.get(items)
+            if cached is not None:
+                meta["labels"] = dict(cached)
+                return
+            out: dict[str, str] = {}
+            for k, v in items:
+                rk, rv = self.redact(k, counted=False), self.redact(v, counted=False)
+                if rv == v and self.redact(f"{k}={SENTINEL_VALUE}", counted=False) != (
+                    f"{k}={SENTINEL_VALUE}"
+                ):
+                    rv = "<REDACTED>"
+                out[rk] = rv
+            if len(self._labels) >= LABEL_CACHE:
+                self._labels.clear()
+            self._labels[items] = out
+            meta["labels"] = dict(out)
 
     def redact_lines(self, text: str) -> str:
         """A whole text (a pasted log) redacted line by line, a key over several lines
@@ -211,10 +250,51 @@ class Redactor:
                 out = self.redact(ex.text, counted=False)
                 if ex.secret in out:
                     failures.append(f"{p.name}: leaves its secret in: {ex.text[:160]}")
+                elif self.redact(out, counted=False) != out:
+                    failures.append(f"{p.name}: masks its own output again: {out[:160]}")
             for line in p.examples.no_match:
                 if self.redact(line, counted=False) != line:
                     failures.append(f"{p.name}: changes its no_match example: {line[:160]}")
         return failures
+
+
+def _window(text: str) -> str:
+    """The part of a long line worth redacting: up to :data:`WINDOW` characters past the
+    cut, less a run of token characters that goes on past it (never seen whole)."""
+    w = text[: LINE_CAP + WINDOW]
+    if len(text) > len(w) and _TOKEN_CHAR.match(text, len(w)):
+        w = _TRAILING_TOKEN.sub("", w)
+    return w
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= LINE_CAP else text[: LINE_CAP - 1] + "…"
+
+
+def _covered(spans: list[tuple[int, int, int]], s: int, e: int) -> bool:
+    return any(a <= s and e <= b for a, b, _ in spans)
+
+
+def _replace(text: str, spans: list[tuple[int, int, int]], compiled: list[_Compiled]) -> str:
+    """``text`` with each span replaced by its pattern's replacement; overlapping spans are
+    merged (the first one's replacement)."""
+    spans.sort(key=lambda x: (x[0], -x[1]))
+    out: list[str] = []
+    last = 0
+    cur_s, cur_e, cur_i = spans[0]
+    for s, e, i in spans[1:]:
+        if s < cur_e:
+            cur_e = max(cur_e, e)
+            continue
+        out += [text[last:cur_s], compiled[cur_i].replace]
+        last = cur_e
+        cur_s, cur_e, cur_i = s, e, i
+    out += [text[last:cur_s], compiled[cur_i].replace, text[cur_e:]]
+    return "".join(out)
+
+
+_TOKEN_CHAR = regex.compile(r"[\w%+/=.~-]")
+_TRAILING_TOKEN = regex.compile(r"[\w%+/=.~-]{1,1024}$")
 
 
 def _has_group(pattern: str) -> bool:
