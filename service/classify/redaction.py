@@ -156,7 +156,10 @@ class Redactor:
         is open): for patterns whose secret spans lines (``block_end``). The redactor
         itself holds no state, so threads may share it."""
         if len(text) > LINE_CAP:  # the parser reads no more, the store keeps no more
-            return _cut(self.redact(_window(text), stream, blocks, counted=counted))
+            return _cut(self._redact(_window(text), stream, blocks, counted))
+        return self._redact(text, stream, blocks, counted)
+
+    def _redact(self, text: str, stream: str | None, blocks: Blocks | None, counted: bool) -> str:
         if stream is not None and blocks and stream in blocks:
             return self._in_block(text, stream, blocks, counted)
         if not text:
