@@ -108,7 +108,11 @@ def test_check_config_warns_about_links_nobody_can_open(
 ) -> None:
     """The first case in the real process, the others through the same entry point."""
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"api": {"host": "0.0.0.0", "token": "kQ8vX2mP9rL4tW7zY1nB3cD5"}, "notify": notify}))
+    path.write_text(
+        yaml.safe_dump(
+            {"api": {"host": "0.0.0.0", "token": "kQ8vX2mP9rL4tW7zY1nB3cD5"}, "notify": notify}
+        )
+    )
     if not notify:
         run = subprocess.run(
             [*CLI, "check-config", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -131,7 +135,9 @@ def test_the_single_instance_config_takes_ingest_and_flags_its_placeholder(
     """The README's OTLP and curl examples need ``sources.http``; the shipped alert-link
     address is a placeholder the user must replace, and check-config says so."""
     monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret-kQ8vX2mP9rL4tW7zY1nB3cD5")
-    monkeypatch.setenv("SENTINEL_SOURCES__FORWARD__SHARED_KEY", "from-the-secret-kQ8vX2mP9rL4tW7zY1nB3cD5")
+    monkeypatch.setenv(
+        "SENTINEL_SOURCES__FORWARD__SHARED_KEY", "from-the-secret-kQ8vX2mP9rL4tW7zY1nB3cD5"
+    )
     overlay = ROOT / "deploy" / "kubernetes" / "overlays" / "single" / "configmap.yaml"
     path = tmp_path / "sentinel.yaml"
     path.write_text(yaml.safe_load(overlay.read_text())["data"]["sentinel.yaml"])

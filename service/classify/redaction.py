@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
 from pathlib import Path
+from typing import cast
 
 import ahocorasick
 import regex
@@ -34,8 +34,17 @@ WINDOW = 1024  # characters past the cut read for a secret that straddles it
 LABEL_CACHE = 4096  # distinct label sets remembered as masked
 SENTINEL_VALUE = "Zq7xWv3Kp9Lm2Rt8"  # a value any secret-named key would lose
 # the text fields of Meta (service.records) masked beside the line
-META_TEXT = ("namespace", "pod", "container", "container_id", "pod_id", "node", "image")
-META_TEXT += ("image_id", "tag")
+META_TEXT: tuple[str, ...] = (
+    "namespace",
+    "pod",
+    "container",
+    "container_id",
+    "pod_id",
+    "node",
+    "image",
+    "image_id",
+    "tag",
+)
 Blocks = OrderedDict[str, int]  # stream → index of the pattern whose multi-line secret is open
 
 

@@ -24,7 +24,7 @@ from service.notify.silences import SilencePreview, preview
 from service.store.views import IncidentView
 from service.ui import data, present
 from service.ui.forms import read_form, writing_form
-from service.ui.page import denied_read, redirect, render, store
+from service.ui.page import denied_read, form_bool, redirect, render, store
 
 router = APIRouter()
 
@@ -49,17 +49,17 @@ async def preview_page(request: Request) -> Response:
         {
             "key": k,
             "value": str(form.get(f"value_{k}") or ""),
-            "checked": bool(form.get(f"use_{k}")),
+            "checked": form_bool(form.get(f"use_{k}"), f"use_{k}"),
         }
         for k in present.SILENCE_KEYS
-        if str(form.get(f"value_{k}") or "").strip() or form.get(f"use_{k}")
+        if str(form.get(f"value_{k}") or "").strip() or form_bool(form.get(f"use_{k}"), k)
     ]
     seen: PreviewShown | None = None
     if matchers:
         db = store(request)
         found = await anyio.to_thread.run_sync(lambda: preview(db, matchers, time.time()))
         seen = PreviewShown(found, not labels.pins_one_namespace(matchers))
-    return _page(request, seen, shown, bool(form.get("cluster_wide")))
+    return _page(request, seen, shown, form_bool(form.get("cluster_wide"), "cluster_wide"))
 
 
 class PreviewShown:
@@ -78,7 +78,10 @@ class PreviewShown:
 def _matchers(form: Mapping[str, object]) -> dict[str, list[str]]:
     matchers: dict[str, list[str]] = {}
     for key in present.SILENCE_KEYS:
-        if form.get(f"use_{key}") and str(form.get(f"value_{key}") or "").strip():
+        if (
+            form_bool(form.get(f"use_{key}"), f"use_{key}")
+            and str(form.get(f"value_{key}") or "").strip()
+        ):
             matchers[key] = [str(form[f"value_{key}"]).strip()]
     extra_key = str(form.get("extra_key") or "").strip()
     extra_value = str(form.get("extra_value") or "").strip()
@@ -134,7 +137,7 @@ async def create_silence(request: Request) -> Response:
             duration=str(form.get("duration") or "2h"),
             comment=str(form.get("comment") or "").strip() or "silenced from the dashboard",
             created_by=str(form.get("created_by") or "").strip()[:200] or "dashboard",
-            cluster_wide=bool(form.get("cluster_wide")),
+            cluster_wide=form_bool(form.get("cluster_wide"), "cluster_wide"),
         )
     except ValidationError as exc:
         msg = "; ".join(
