@@ -280,7 +280,8 @@ def _window(text: str) -> str:
 
 
 def _cut(text: str) -> str:
-    return text if len(text) <= LINE_CAP else text[: LINE_CAP - 1] + "…"
+    """A long line's redacted window, cut where the parser and the store cut and marked."""
+    return text[: LINE_CAP - 1] + "…"
 
 
 def _covered(spans: list[tuple[int, int, int]], s: int, e: int) -> bool:
