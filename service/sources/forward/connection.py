@@ -32,9 +32,10 @@ from service.ingest.msgpack_events import BuildCounter, new_unpacker
 from service.ratelog import RateLimitedLog, reject
 from service.records import LogRecord
 from service.sources.forward.handshake import Handshake
-from service.sources.forward.messages import DropConnection, ForwardDecoder, Frames
+from service.sources.forward.messages import Batch, DropConnection, ForwardDecoder, Frames
 
 READ_SIZE = 1 << 18
+INLINE_BYTES = 1 << 18  # buffered bytes decoded on the event loop; more: in a thread
 HANDSHAKE_MAX_BYTES = 64 << 10  # what a peer may send before it is authenticated
 log = logging.getLogger("vllm_sentinel.ingest.forward")
 _limited = RateLimitedLog(log)
@@ -131,7 +132,7 @@ class Connection:
             if self.settings.shared_key is not None and not await self._handshake(unpacker, frames):
                 return
             while True:
-                batches, healthy = decoder.batches(unpacker, frames)
+                batches, healthy = await self._decode(unpacker, frames)
                 if not self.budget.account(frames):
                     CLOSED.labels(reason="frame_budget").inc()
                     reject(
@@ -172,6 +173,16 @@ class Connection:
         finally:
             self.budget.release(frames)
             writer.close()
+
+    async def _decode(self, unpacker: Any, frames: Frames) -> tuple[list[Batch], bool]:
+        """The complete messages buffered, decoded: on the event loop when they are small,
+        else in a thread, one connection at a time (the decoder's gate), so that a message
+        of a million entries (or four at once) never holds the probes back."""
+        decoder = self.decoder
+        if frames.fed - frames.boundary <= INLINE_BYTES:
+            return decoder.batches(unpacker, frames)
+        async with decoder.gate:
+            return await asyncio.to_thread(decoder.batches, unpacker, frames)
 
     async def _read(self) -> bytes:
         try:
