@@ -180,7 +180,9 @@ def main() -> int:
             print(json.dumps({k: round(v, 3) for k, v in row.items()}), flush=True)
     for key in ("alone_s", "flood_s", "backlog_s", "b_paged_at_s"):
         vals = [r[key] for r in rows]
-        print(f"{key}: median {statistics.median(vals):.3f} (min {min(vals):.3f}, max {max(vals):.3f})")
+        print(
+            f"{key}: median {statistics.median(vals):.3f} (min {min(vals):.3f}, max {max(vals):.3f})"
+        )
     return 0
 
 
