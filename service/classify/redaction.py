@@ -10,8 +10,9 @@ scan alone. Every replacement is counted in ``sentinel_redactions_total{pattern}
 
 from __future__ import annotations
 
+import bisect
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -71,6 +72,7 @@ class RedactionPattern(BaseModel):
     literals: list[str]
     replace: str = "<REDACTED>"
     block_end: str | None = None
+    anchored: bool = False  # every match starts where one of the literals does
     description: str = ""
     examples: Examples[SecretExample]
 
@@ -102,6 +104,7 @@ class _Compiled:
     replace: str
     grouped: bool
     end: regex.Pattern[str] | None
+    anchored: bool
 
 
 class Redactor:
@@ -116,6 +119,7 @@ class Redactor:
                 p.replace,
                 _has_group(p.pattern),
                 regex.compile(p.block_end) if p.block_end else None,
+                p.anchored and bool(p.literals),
             )
             for p in self.patterns
         ]
@@ -126,26 +130,30 @@ class Redactor:
             for lit in p.literals:
                 by_literal.setdefault(lit, []).append(i)
         for lit, idx in by_literal.items():
-            self._auto.add_word(lit, tuple(idx))
+            self._auto.add_word(lit, (len(lit), tuple(idx)))
         self._usable = bool(by_literal)
         # pods' labels, as they came → as masked (a pod's records carry the same labels)
         self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         if self._usable:
             self._auto.make_automaton()
 
-    def wanted(self, text: str) -> list[int] | tuple[int, ...]:
-        """Indices of the patterns worth trying on ``text``, in order."""
+    def wanted(self, text: str) -> dict[int, list[int]]:
+        """The patterns worth trying on ``text`` (index → where their literals start in
+        it, in order), in the patterns' order."""
         if not self._usable:
-            return self._always
-        hits = self._auto.iter(text.lower())
-        first = next(hits, None)
-        if first is None:  # the common case: one scan, nothing to try
-            return self._always
-        picked = set(self._always)
-        picked.update(first[1])
-        for _, idx in hits:
-            picked.update(idx)
-        return sorted(picked)
+            return dict.fromkeys(self._always, [])
+        low = text.lower()
+        picked: dict[int, list[int]] = {}
+        for end, (size, idx) in self._auto.iter(low):
+            for i in idx:
+                picked.setdefault(i, []).append(end - size + 1)
+        if not picked:  # the common case: one scan, nothing to try
+            return dict.fromkeys(self._always, [])
+        for i in self._always:
+            picked.setdefault(i, [])
+        if len(low) != len(text):  # a case fold changed lengths: no anchors
+            return {i: [] for i in sorted(picked)}
+        return {i: sorted(picked[i]) for i in sorted(picked)}
 
     def redact(
         self,
@@ -175,18 +183,21 @@ class Redactor:
             return text
         plain = unlayer(text)
         spans: list[tuple[int, int, int]] = []  # (start, end, pattern) in the line as it came
-        for i in self.wanted(plain.text):
+        found = _Found()  # what the patterns before this one masked
+        for i, starts in self.wanted(plain.text).items():
             c = self._compiled[i]
             count = 0
-            for m in c.rx.finditer(plain.text):
+            for m in _matches(c, plain.text, starts):
                 s, e = m.span(SECRET_GROUP) if c.grouped else m.span()
                 if s < 0 or s == e:
                     continue
                 s, e = plain.span(s, e)
-                if text[s:e] == c.replace or _covered(spans, s, e):
+                if text[s:e] == c.replace or found.covers(s, e):
                     continue
                 spans.append((s, e, i))
                 count += 1
+            if count:
+                found.add(spans[-count:])
             if count and counted:
                 metrics.REDACTIONS.labels(pattern=c.name).inc(count)
             if stream is not None and blocks is not None and c.end is not None:
@@ -284,8 +295,44 @@ def _cut(text: str) -> str:
     return text[: LINE_CAP - 1] + "…"
 
 
-def _covered(spans: list[tuple[int, int, int]], s: int, e: int) -> bool:
-    return any(a <= s and e <= b for a, b, _ in spans)
+def _matches(c: _Compiled, text: str, starts: list[int]) -> Iterator[regex.Match[str]]:
+    """``c``'s matches in ``text``: tried only where a literal starts when it is anchored
+    (a keyword's alternation tried at every character would cost far more), else all."""
+    if not c.anchored or not starts:
+        yield from c.rx.finditer(text)
+        return
+    after = 0
+    for st in starts:
+        if st < after:
+            continue
+        m = c.rx.match(text, st)
+        if m is not None:
+            after = max(m.end(), st + 1)
+            yield m
+
+
+class _Found:
+    """Spans masked so far, merged and sorted: whether one covers a new find, in log time."""
+
+    __slots__ = ("starts", "ends")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def covers(self, s: int, e: int) -> bool:
+        k = bisect.bisect_right(self.starts, s) - 1
+        return k >= 0 and e <= self.ends[k]
+
+    def add(self, spans: list[tuple[int, int, int]]) -> None:
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted([*zip(self.starts, self.ends, strict=True), *[x[:2] for x in spans]]):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self.starts = [a for a, _ in merged]
+        self.ends = [b for _, b in merged]
 
 
 def _replace(text: str, spans: list[tuple[int, int, int]], compiled: list[_Compiled]) -> str:
