@@ -28,6 +28,7 @@ import msgpack
 from prometheus_client import Counter, Gauge
 
 from service import metrics
+from service.ingest.gcpause import paused
 from service.ingest.msgpack_events import BuildCounter, new_unpacker
 from service.ratelog import RateLimitedLog, reject
 from service.records import LogRecord
@@ -96,6 +97,14 @@ class ConnectionSettings:
     shared_key: str | None
     self_hostname: str
     users: Mapping[str, str] | None
+
+
+def _decode_paused(
+    decoder: ForwardDecoder, unpacker: Any, frames: Frames
+) -> tuple[list[Batch], bool]:
+    """``decoder.batches`` with the cyclic collector paused (:mod:`service.ingest.gcpause`)."""
+    with paused():
+        return decoder.batches(unpacker, frames)
 
 
 class Connection:
@@ -182,7 +191,7 @@ class Connection:
         if frames.fed - frames.boundary <= INLINE_BYTES:
             return decoder.batches(unpacker, frames)
         async with decoder.gate:
-            return await asyncio.to_thread(decoder.batches, unpacker, frames)
+            return await asyncio.to_thread(_decode_paused, decoder, unpacker, frames)
 
     async def _read(self) -> bytes:
         try:
