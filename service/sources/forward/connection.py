@@ -28,7 +28,7 @@ import msgpack
 from prometheus_client import Counter, Gauge
 
 from service import metrics
-from service.ingest.gcpause import paused
+from service.ingest import gcpause
 from service.ingest.msgpack_events import BuildCounter, new_unpacker
 from service.ratelog import RateLimitedLog, reject
 from service.records import LogRecord
@@ -99,18 +99,19 @@ class ConnectionSettings:
     users: Mapping[str, str] | None
 
 
-def _decode_paused(
-    decoder: ForwardDecoder, unpacker: Any, frames: Frames
-) -> tuple[list[Batch], bool]:
-    """``decoder.batches`` with the cyclic collector paused (:mod:`service.ingest.gcpause`)."""
-    with paused():
-        return decoder.batches(unpacker, frames)
-
-
 class Connection:
     """One accepted connection, from its first byte to its close (:meth:`run`)."""
 
-    __slots__ = ("reader", "writer", "settings", "decoder", "budget", "deliver", "_packer")
+    __slots__ = (
+        "reader",
+        "writer",
+        "settings",
+        "decoder",
+        "budget",
+        "deliver",
+        "_packer",
+        "_gc_held",
+    )
 
     def __init__(
         self,
@@ -128,6 +129,7 @@ class Connection:
         self.budget = budget
         self.deliver = deliver
         self._packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+        self._gc_held = False  # the collector paused for this connection's large message
 
     async def run(self) -> None:
         """Serve the connection until it ends; never raises."""
@@ -180,6 +182,7 @@ class Connection:
                 exc_info=True,
             )
         finally:
+            self._release_gc()
             self.budget.release(frames)
             writer.close()
 
@@ -188,10 +191,22 @@ class Connection:
         else in a thread, one connection at a time (the decoder's gate), so that a message
         of a million entries (or four at once) never holds the probes back."""
         decoder = self.decoder
-        if frames.fed - frames.boundary <= INLINE_BYTES:
+        if frames.fed - frames.boundary <= INLINE_BYTES and not self._gc_held:
             return decoder.batches(unpacker, frames)
-        async with decoder.gate:
-            return await asyncio.to_thread(_decode_paused, decoder, unpacker, frames)
+        if not self._gc_held:  # from the first large piece of a message to its end
+            gcpause.hold()
+            self._gc_held = True
+        try:
+            async with decoder.gate:
+                return await asyncio.to_thread(decoder.batches, unpacker, frames)
+        finally:
+            if frames.fed - frames.boundary <= INLINE_BYTES:
+                self._release_gc()
+
+    def _release_gc(self) -> None:
+        if self._gc_held:
+            self._gc_held = False
+            gcpause.release()
 
     async def _read(self) -> bytes:
         try:
