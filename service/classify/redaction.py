@@ -10,7 +10,6 @@ scan alone. Every replacement is counted in ``sentinel_redactions_total{pattern}
 
 from __future__ import annotations
 
-import bisect
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,14 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from service import metrics
 from service.classify.rules import Examples
+from service.classify.secret_spans import LINE_CAP, Found, cut, replace, window
 from service.classify.unlayer import unlayer
 from service.records import Meta
 
 REDACTION_FILE = "redaction.yaml"
-LINE_CAP = 8192  # characters of a line kept past the door (the parser's and the store's cap)
 MAX_OPEN_BLOCKS = 4096  # streams with a multi-line secret open at once (the oldest goes)
 SECRET_GROUP = "secret"
-WINDOW = 1024  # characters past the cut read for a secret that straddles it
 LABEL_CACHE = 4096  # distinct label sets remembered as masked
 SENTINEL_VALUE = "Zq7xWv3Kp9Lm2Rt8"  # a value any secret-named key would lose
 # the text fields of Meta (service.records) masked beside the line
@@ -123,6 +121,7 @@ class Redactor:
             )
             for p in self.patterns
         ]
+        self._replacements = [c.replace for c in self._compiled]
         self._always = tuple(i for i, p in enumerate(self.patterns) if not p.literals)
         self._auto = ahocorasick.Automaton()
         by_literal: dict[str, list[int]] = {}
@@ -173,7 +172,7 @@ class Redactor:
         is open): for patterns whose secret spans lines (``block_end``). The redactor
         itself holds no state, so threads may share it."""
         if len(text) > LINE_CAP:  # the parser reads no more, the store keeps no more
-            return _cut(self._redact(_window(text), stream, blocks, counted))
+            return cut(self._redact(window(text), stream, blocks, counted))
         return self._redact(text, stream, blocks, counted)
 
     def _redact(self, text: str, stream: str | None, blocks: Blocks | None, counted: bool) -> str:
@@ -183,7 +182,7 @@ class Redactor:
             return text
         plain = unlayer(text)
         spans: list[tuple[int, int, int]] = []  # (start, end, pattern) in the line as it came
-        found = _Found()  # what the patterns before this one masked
+        found = Found()  # what the patterns before this one masked
         for i, starts in self.wanted(plain.text).items():
             c = self._compiled[i]
             count = 0
@@ -202,7 +201,7 @@ class Redactor:
                 metrics.REDACTIONS.labels(pattern=c.name).inc(count)
             if stream is not None and blocks is not None and c.end is not None:
                 self._open_block(plain.text, c, i, stream, blocks)
-        return _replace(text, spans, self._compiled) if spans else text
+        return replace(text, spans, self._replacements) if spans else text
 
     def _open_block(self, plain: str, c: _Compiled, i: int, stream: str, blocks: Blocks) -> None:
         """A multi-line secret whose start is on this line and whose end is not: the
@@ -281,20 +280,6 @@ class Redactor:
         return failures
 
 
-def _window(text: str) -> str:
-    """The part of a long line worth redacting: up to :data:`WINDOW` characters past the
-    cut, less a run of token characters that goes on past it (never seen whole)."""
-    w = text[: LINE_CAP + WINDOW]
-    if len(text) > len(w) and _TOKEN_CHAR.match(text, len(w)):
-        w = _TRAILING_TOKEN.sub("", w)
-    return w
-
-
-def _cut(text: str) -> str:
-    """A long line's redacted window, cut where the parser and the store cut and marked."""
-    return text[: LINE_CAP - 1] + "…"
-
-
 def _matches(c: _Compiled, text: str, starts: list[int]) -> Iterator[regex.Match[str]]:
     """``c``'s matches in ``text``: tried only where a literal starts when it is anchored
     (a keyword's alternation tried at every character would cost far more), else all."""
@@ -309,52 +294,6 @@ def _matches(c: _Compiled, text: str, starts: list[int]) -> Iterator[regex.Match
         if m is not None:
             after = max(m.end(), st + 1)
             yield m
-
-
-class _Found:
-    """Spans masked so far, merged and sorted: whether one covers a new find, in log time."""
-
-    __slots__ = ("starts", "ends")
-
-    def __init__(self) -> None:
-        self.starts: list[int] = []
-        self.ends: list[int] = []
-
-    def covers(self, s: int, e: int) -> bool:
-        k = bisect.bisect_right(self.starts, s) - 1
-        return k >= 0 and e <= self.ends[k]
-
-    def add(self, spans: list[tuple[int, int, int]]) -> None:
-        merged: list[tuple[int, int]] = []
-        for a, b in sorted([*zip(self.starts, self.ends, strict=True), *[x[:2] for x in spans]]):
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-            else:
-                merged.append((a, b))
-        self.starts = [a for a, _ in merged]
-        self.ends = [b for _, b in merged]
-
-
-def _replace(text: str, spans: list[tuple[int, int, int]], compiled: list[_Compiled]) -> str:
-    """``text`` with each span replaced by its pattern's replacement; overlapping spans are
-    merged (the first one's replacement)."""
-    spans.sort(key=lambda x: (x[0], -x[1]))
-    out: list[str] = []
-    last = 0
-    cur_s, cur_e, cur_i = spans[0]
-    for s, e, i in spans[1:]:
-        if s < cur_e:
-            cur_e = max(cur_e, e)
-            continue
-        out += [text[last:cur_s], compiled[cur_i].replace]
-        last = cur_e
-        cur_s, cur_e, cur_i = s, e, i
-    out += [text[last:cur_s], compiled[cur_i].replace, text[cur_e:]]
-    return "".join(out)
-
-
-_TOKEN_CHAR = regex.compile(r"[\w%+/=.~-]")
-_TRAILING_TOKEN = regex.compile(r"[\w%+/=.~-]{1,1024}$")
 
 
 def _has_group(pattern: str) -> bool:
