@@ -59,3 +59,10 @@ def test_the_silence_form_reads_cluster_wide_false_as_false(fresh: TestClient) -
     r = fresh.post("/ui/silences", data={**form, "cluster_wide": "on"}, follow_redirects=False)
     assert r.status_code == 303 and "done=silenced" in r.headers["location"]
     assert len(fresh.get("/silences", params={"active": "true"}).json()) == 1
+
+
+def test_the_api_s_boolean_queries_are_strict_too(fresh: TestClient) -> None:  # noqa: F811
+    login(fresh, WRITE_TOKEN)
+    assert fresh.get("/silences", params={"active": "maybe"}).status_code == 422
+    for no in ("false", "0", "off", "no"):
+        assert fresh.get("/silences", params={"active": no}).status_code == 200
