@@ -91,6 +91,18 @@ REDACTIONS = Counter(
     ["pattern"],
     registry=REGISTRY,
 )
+PIPELINE_SLOWED = Counter(
+    "sentinel_pipeline_slowed_records_total",
+    "Records of a heavy stream whose slice waited over 1 s while lighter streams' ran first "
+    "(service/fairshare.py): slowed, never dropped.",
+    ["source"],
+    registry=REGISTRY,
+)
+PIPELINE_QUEUED = Gauge(
+    "sentinel_pipeline_queued_slices",
+    "Slices of batches waiting for the classifier's worker.",
+    registry=REGISTRY,
+)
 QUARANTINED = Counter(
     "sentinel_quarantined_total",
     "Records whose classification raised: stored in the quarantine table, position committed.",

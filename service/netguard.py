@@ -12,6 +12,11 @@ again by the server itself): without ``sources.forward.shared_key`` it refuses t
 a non-loopback address unless ``sources.forward.allow_unauthenticated`` is set.
 
 An empty or whitespace-only token or key is refused (:func:`blank`): it never means "no auth".
+Beyond loopback a token or key must also be strong (:func:`weakness`): at least 16 random
+bytes (32 hex or 22 base64 characters), not of low entropy (repeated, few distinct
+characters), not an ``<...>`` placeholder nor an example value of the repository's own
+files (:data:`EXAMPLE_VALUES`); else the service refuses to start, naming the setting, and
+``check-config`` says the same. On loopback a weak one is only warned about.
 Request-time authentication (bearer tokens) is :mod:`service.api.auth`; this module knows no
 web framework, so the forward server and the CLI's ``check-config`` use it too.
 """
@@ -20,7 +25,10 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import os
+import string
+from collections import Counter
 
 from service.config import ApiSettings, ForwardSettings
 
@@ -53,11 +61,72 @@ def blank(secret: str | None) -> bool:
     return secret is not None and not secret.strip()
 
 
+MIN_BITS = 128  # 16 random bytes
+MIN_SHANNON_BITS = 64  # the characters as drawn: "aaaa...", "abab..." hold far less
+# values the repository's own examples and docs show (deploy/, README.md, docs/); a
+# test holds this list to those files
+EXAMPLE_VALUES = frozenset(
+    {
+        "...",
+        "changeme",
+        "change-me",
+        "replace-me",
+        "secret",
+        "password",
+        "token",
+        "example",
+        "your-token",
+        "my-token",
+        "s3cr3t",
+    }
+)
+_HEX = frozenset(string.hexdigits)
+_BASE64 = frozenset(string.ascii_letters + string.digits + "+/=_-")
+
+
+def weakness(secret: str) -> str | None:
+    """Why ``secret`` (a token or shared key) is too weak to guard a port beyond
+    loopback, or None when it is not: a placeholder, an example value, shorter than 16
+    random bytes, or of low entropy. Never quotes the value."""
+    v = secret.strip()
+    if v.startswith("<") or v.endswith(">") or ("<" in v and ">" in v):
+        return "is a placeholder (<...>): set a random value"
+    if v.lower() in EXAMPLE_VALUES or "example" in v.lower():
+        return "is an example value from the documentation: set a random value"
+    chars = set(v)
+    per_char = 4.0 if chars <= _HEX else 6.0 if chars <= _BASE64 else math.log2(94)
+    if len(v) * per_char < MIN_BITS:
+        return (
+            f"is too short ({len(v)} characters; at least 16 random bytes: "
+            "32 hex or 22 base64 characters, e.g. `openssl rand -hex 32`)"
+        )
+    counts = Counter(v).values()
+    shannon = -sum(c / len(v) * math.log2(c / len(v)) for c in counts) * len(v)
+    if shannon < MIN_SHANNON_BITS or (v + v).find(v, 1) < len(v):
+        return "has low entropy (repeated or few distinct characters): set a random value"
+    return None
+
+
+def check_strength(name: str, secret: str | None, host: str) -> None:
+    """Refuse a weak ``secret`` (the setting ``name``) guarding a port on ``host`` beyond
+    loopback; warn on loopback."""
+    why = None if secret is None or blank(secret) else weakness(secret)
+    if why is None:
+        return
+    if is_loopback(host):
+        log.warning("%s %s (acceptable on loopback %s only)", name, why, host)
+        return
+    raise InsecureConfigError(f"{name} {why}; refusing to listen on {host}")
+
+
 def check_auth_config(api: ApiSettings) -> None:
     """Refuse an open API on a reachable address unless explicitly allowed; warn otherwise."""
     for name in ("token", "read_token"):
         if blank(getattr(api, name)):
             raise InsecureConfigError(f"api.{name} is empty or whitespace only")
+        check_strength(f"api.{name}", getattr(api, name), api.host)
+    for user in getattr(api, "users", None) or ():
+        check_strength(f"api.users[{user.name}].token", user.token, api.host)
     if api.token or getattr(api, "users", None):
         if api.read_token is None:
             if is_loopback(api.host):
@@ -98,6 +167,7 @@ def check_forward_config(fwd: ForwardSettings | None) -> None:
         return
     if blank(fwd.shared_key):
         raise InsecureConfigError("sources.forward.shared_key is empty or whitespace only")
+    check_strength("sources.forward.shared_key", fwd.shared_key, fwd.host)
     if fwd.shared_key:
         return
     if is_loopback(fwd.host):

@@ -6,9 +6,13 @@ store transaction (at-least-once input, idempotent effects).
   partition) is skipped, so re-consumption after a crash never counts a line twice; positions
   advance by compare-and-set in the same transaction as the stream snapshots, incidents and
   outbox events, so a zombie consumer's batch is refused whole.
-* Forward / HTTP: :meth:`Pipeline.submit` runs on one worker thread and returns once the
-  batch is committed (ack-after-store); a chunk id committed before is acknowledged without
-  reprocessing.
+* Forward / HTTP: :meth:`Pipeline.submit` returns once the batch is committed
+  (ack-after-store); a chunk id committed before is acknowledged without reprocessing.
+* Every batch (Kafka's too) is cut into slices run by one worker, the least-used streams'
+  first (:mod:`service.fairshare`): a flood on one stream never holds another's line back by
+  more than a slice. Each slice is its own transaction; a batch's chunk id is its last
+  slice's, the others' ``<chunk id>#<n>`` (the same cut of a resent batch skips each slice
+  already committed).
 
 Every stream's state is the classifier's :class:`~service.classify.tracker.StreamTracker`'s:
 the pipeline hands it the store to load from (:class:`StorePersistence`) and writes what it
@@ -20,18 +24,20 @@ so the next record reloads them from the store (memory never runs ahead of the d
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from service import metrics
 from service.classify.engine import Classifier
 from service.classify.tracker import Saves
+from service.fairshare import FairShare, Part, slices
+from service.incidents.bounded import bounded_body, bounded_state, bounded_summary
 from service.incidents.incident import Change, Incident
-from service.incidents.incident_json import IncidentBody, IncidentSummary
+from service.incidents.incident_json import IncidentBody
 from service.incidents.snapshots import NoveltySnapshot, StreamSnapshot, Versioned
 from service.incidents.workload import WorkloadSnapshot
 from service.records import LogRecord, Position
@@ -40,7 +46,6 @@ from service.store import effects as fx
 
 log = logging.getLogger("vllm_sentinel.pipeline")
 STALE_RETRIES = 3
-MAX_STORED_LINE = 8192  # characters of one log line kept in the store
 QUARANTINE_TEXT_CAP = 65_536  # characters of a quarantined record kept for inspection
 QUARANTINE_LOG_EVERY_S = 60.0  # at most one log line per interval (the rest are counted)
 
@@ -57,40 +62,6 @@ def partition_name(p: Any) -> str:
     if isinstance(p, tuple | list) and len(p) == 2:
         return f"{p[0]}:{p[1]}"
     return f"{p.topic}:{p.partition}"
-
-
-def _cap(text: str) -> str:
-    if len(text) > MAX_STORED_LINE:
-        return text[: MAX_STORED_LINE - 1] + "…"
-    return text
-
-
-def bounded_body(d: IncidentBody) -> IncidentBody:
-    """An incident's body with every stored line cut to ``MAX_STORED_LINE`` (a 1 MiB line
-    would otherwise be rewritten with every snapshot). Returns a copy; the in-memory
-    incident keeps its lines."""
-    return {
-        **d,
-        "primary": {**d["primary"], "line": _cap(d["primary"]["line"])},
-        "evidence": [_cap(x) for x in d["evidence"]],
-        "related": [{**r, "line": _cap(r["line"])} for r in d["related"]],
-    }
-
-
-def bounded_summary(d: IncidentSummary) -> IncidentSummary:
-    """An incident's summary with every line cut as :func:`bounded_body` cuts them."""
-    return {
-        **d,
-        "line": _cap(d["line"]),
-        "evidence": [_cap(x) for x in d["evidence"]],
-        "related": [{**r, "line": _cap(r["line"])} for r in d["related"]],
-    }
-
-
-def bounded_state(d: StreamSnapshot) -> StreamSnapshot:
-    d["last_line"] = _cap(d["last_line"])
-    d["incidents"] = [bounded_body(i) for i in d["incidents"]]
-    return d
 
 
 class StorePersistence:
@@ -143,7 +114,7 @@ class Pipeline:
         )
         self._lock = threading.RLock()
         self._applied: dict[tuple[str, str], int | None] = {}  # cache of the store's offsets
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pipeline")
+        self._worker: FairShare[bool] = FairShare("pipeline")
         self.counters = {
             "batches": 0,
             "records": 0,
@@ -159,18 +130,39 @@ class Pipeline:
     # ---- input -----------------------------------------------------------------------
     def process(self, records: list[LogRecord], source: str) -> None:
         """Classify and commit one batch (synchronous; returns once durable)."""
-        self._run(records, source, None)
+        self._worker.submit(self._lanes(records, source, None)).result()
 
     async def submit(
         self, records: list[LogRecord], source: str, chunk_id: str | None = None
     ) -> bool:
         """Forward / HTTP sources: returns once the batch is durable (then ack); False when
         ``chunk_id`` was committed before (nothing applied: a resent chunk)."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, self._run, records, source, chunk_id)
+        done = self._worker.submit(self._lanes(records, source, chunk_id))
+        applied: list[bool] = await asyncio.wrap_future(done)
+        return any(applied)
 
     def close(self) -> None:
-        self._worker.shutdown(wait=True)
+        self._worker.close()
+
+    def _lanes(
+        self, records: list[LogRecord], source: str, chunk_id: str | None
+    ) -> list[list[Part[bool]]]:
+        """The batch as the worker's lanes of slices (:func:`service.fairshare.slices`); the
+        last slice carries ``chunk_id``, the others ``<chunk_id>#<n>``."""
+        lanes = slices(records) if records else [[records]]  # (an empty batch: its chunk id)
+        n = sum(len(lane) for lane in lanes)
+        ids = iter(range(n))
+        out = []
+        for lane in lanes:
+            parts = []
+            for cut in lane:
+                i = next(ids)
+                cid = chunk_id if chunk_id is None or i == n - 1 else f"{chunk_id}#{i}"
+                run = functools.partial(self._run, cut, source, cid)
+                flows = tuple(dict.fromkeys(r.stream for r in cut))
+                parts.append(Part(run, flows, len(cut), source))
+            out.append(parts)
+        return out
 
     def tick(self, now: float | None = None) -> int:
         """Timer checks (stalls) on the streams in memory; commits what they opened.

@@ -56,7 +56,7 @@ def test_a_token_or_loopback_starts(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.delenv(ALLOW_ENV, raising=False)
-    check_auth_config(ApiSettings(host="0.0.0.0", token="t"))
+    check_auth_config(ApiSettings(host="0.0.0.0", token="kQ8vX2mP9rL4tW7zY1nB3cD5"))
     with caplog.at_level(logging.WARNING, logger="vllm_sentinel.api"):
         check_auth_config(ApiSettings(host="127.0.0.1"))
     assert "unauthenticated" in caplog.text

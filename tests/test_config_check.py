@@ -254,7 +254,7 @@ def test_an_open_api_beyond_loopback_is_a_problem_unless_the_env_gives_a_token(
     path = write(tmp_path, {"api": {"host": "0.0.0.0"}})
     code, out, _ = run("check-config", str(path), capsys=capsys)
     assert code == 1 and "without api.token" in out
-    monkeypatch.setenv("SENTINEL_API__TOKEN", "t0ken")
+    monkeypatch.setenv("SENTINEL_API__TOKEN", "t0ken-kQ8vX2mP9rL4tW7zY1nB3cD5")
     assert check_config(path) == []
 
 
@@ -293,7 +293,7 @@ def test_probe_connects_and_binds(tmp_path: Path) -> None:
 
 def test_the_shipped_files_check_clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert check_config(DEPLOY / "sentinel.example.yaml") == []
-    monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret")
+    monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret-kQ8vX2mP9rL4tW7zY1nB3cD5")
     cm = yaml.safe_load((DEPLOY / "kubernetes" / "base" / "configmap.yaml").read_text())
     text = cm["data"]["sentinel.yaml"]
     assert check_config(write(tmp_path, text)) == []

@@ -70,7 +70,7 @@ def test_plain_text_ingest_decodes_the_tag_and_the_alert_link_uses_api_port(
 @pytest.mark.slow  # a real service
 def test_serve_says_when_alert_links_will_only_open_on_this_machine(tmp_path: Path) -> None:
     cfg = service_config(store_url=f"sqlite:///{tmp_path / 's.db'}", api_port=free_port())
-    cfg["api"].update(host="0.0.0.0", token="t0ken")
+    cfg["api"].update(host="0.0.0.0", token="kQ8vX2mP9rL4tW7zY1nB3cD5")
     del cfg["notify"]["external_url"]
     s = Sentinel(tmp_path, "open", cfg).start()
     try:
@@ -108,7 +108,11 @@ def test_check_config_warns_about_links_nobody_can_open(
 ) -> None:
     """The first case in the real process, the others through the same entry point."""
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"api": {"host": "0.0.0.0", "token": "t"}, "notify": notify}))
+    path.write_text(
+        yaml.safe_dump(
+            {"api": {"host": "0.0.0.0", "token": "kQ8vX2mP9rL4tW7zY1nB3cD5"}, "notify": notify}
+        )
+    )
     if not notify:
         run = subprocess.run(
             [*CLI, "check-config", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=60
@@ -130,8 +134,10 @@ def test_the_single_instance_config_takes_ingest_and_flags_its_placeholder(
 ) -> None:
     """The README's OTLP and curl examples need ``sources.http``; the shipped alert-link
     address is a placeholder the user must replace, and check-config says so."""
-    monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret")
-    monkeypatch.setenv("SENTINEL_SOURCES__FORWARD__SHARED_KEY", "from-the-secret")
+    monkeypatch.setenv("SENTINEL_API__TOKEN", "from-the-secret-kQ8vX2mP9rL4tW7zY1nB3cD5")
+    monkeypatch.setenv(
+        "SENTINEL_SOURCES__FORWARD__SHARED_KEY", "from-the-secret-kQ8vX2mP9rL4tW7zY1nB3cD5"
+    )
     overlay = ROOT / "deploy" / "kubernetes" / "overlays" / "single" / "configmap.yaml"
     path = tmp_path / "sentinel.yaml"
     path.write_text(yaml.safe_load(overlay.read_text())["data"]["sentinel.yaml"])

@@ -85,7 +85,9 @@ def test_the_start_up_check_covers_the_forward_port() -> None:
         check_forward_config(ForwardSettings(host="0.0.0.0"))
     with pytest.raises(InsecureConfigError):
         check_forward_config(ForwardSettings(host="::"))
-    check_forward_config(ForwardSettings(host="0.0.0.0", shared_key="k3y"))
+    with pytest.raises(InsecureConfigError, match="sources.forward.shared_key is too short"):
+        check_forward_config(ForwardSettings(host="0.0.0.0", shared_key="k3y"))
+    check_forward_config(ForwardSettings(host="0.0.0.0", shared_key="kQ8vX2mP9rL4tW7zY1nB3cD5"))
     check_forward_config(ForwardSettings(host="0.0.0.0", allow_unauthenticated=True))
     check_forward_config(ForwardSettings(host="127.0.0.1"))
     check_forward_config(None)

@@ -38,7 +38,7 @@ FLOORS: list[tuple[str, ...]] = [
     ("classify",),
     ("offline",),
     ("store",),
-    ("pipeline", "notify"),
+    ("pipeline", "fairshare", "notify"),
     ("context",),
     ("api",),
     ("ui",),

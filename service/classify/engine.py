@@ -135,8 +135,14 @@ class Classifier:
     # ---- feeding -------------------------------------------------------------------
     def feed(self, rec: LogRecord) -> list[Change]:
         """Classify one record. Its text is redacted first, in place
-        (:mod:`.redaction`): nothing after this door sees a secret the patterns know."""
-        rec.text = self.rules.redactor.redact(rec.text, rec.stream, self._secret_blocks)
+        (:mod:`.redaction`): nothing after this door sees a secret the patterns know. So
+        are what its envelope carries (labels, keys and values; tag; names) and its
+        stream's name."""
+        redactor = self.rules.redactor
+        rec.stream = redactor.redact(rec.stream, counted=False)
+        rec.text = redactor.redact(rec.text, rec.stream, self._secret_blocks)
+        if rec.meta:
+            redactor.redact_meta(rec.meta)
         if "kube" in rec.meta:  # Kubernetes events / pod status (rec.stream may be re-keyed)
             return self._feed_kube(rec)
         st, changes = self.open_stream(rec.stream, rec.meta, rec.time)

@@ -11,9 +11,10 @@ scan alone. Every replacement is counted in ``sentinel_redactions_total{pattern}
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import ahocorasick
 import regex
@@ -22,11 +23,27 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from service import metrics
 from service.classify.rules import Examples
+from service.classify.secret_spans import LINE_CAP, Found, cut, replace, window
+from service.classify.unlayer import unlayer
+from service.records import Meta
 
 REDACTION_FILE = "redaction.yaml"
-LINE_CAP = 8192  # characters of a line kept past the door (the parser's and the store's cap)
 MAX_OPEN_BLOCKS = 4096  # streams with a multi-line secret open at once (the oldest goes)
 SECRET_GROUP = "secret"
+LABEL_CACHE = 4096  # distinct label sets remembered as masked
+SENTINEL_VALUE = "Zq7xWv3Kp9Lm2Rt8"  # a value any secret-named key would lose
+# the text fields of Meta (service.records) masked beside the line
+META_TEXT: tuple[str, ...] = (
+    "namespace",
+    "pod",
+    "container",
+    "container_id",
+    "pod_id",
+    "node",
+    "image",
+    "image_id",
+    "tag",
+)
 Blocks = OrderedDict[str, int]  # stream → index of the pattern whose multi-line secret is open
 
 
@@ -53,6 +70,7 @@ class RedactionPattern(BaseModel):
     literals: list[str]
     replace: str = "<REDACTED>"
     block_end: str | None = None
+    anchored: bool = False  # every match starts where one of the literals does
     description: str = ""
     examples: Examples[SecretExample]
 
@@ -84,6 +102,7 @@ class _Compiled:
     replace: str
     grouped: bool
     end: regex.Pattern[str] | None
+    anchored: bool
 
 
 class Redactor:
@@ -98,9 +117,11 @@ class Redactor:
                 p.replace,
                 _has_group(p.pattern),
                 regex.compile(p.block_end) if p.block_end else None,
+                p.anchored and bool(p.literals),
             )
             for p in self.patterns
         ]
+        self._replacements = [c.replace for c in self._compiled]
         self._always = tuple(i for i, p in enumerate(self.patterns) if not p.literals)
         self._auto = ahocorasick.Automaton()
         by_literal: dict[str, list[int]] = {}
@@ -108,24 +129,30 @@ class Redactor:
             for lit in p.literals:
                 by_literal.setdefault(lit, []).append(i)
         for lit, idx in by_literal.items():
-            self._auto.add_word(lit, tuple(idx))
+            self._auto.add_word(lit, (len(lit), tuple(idx)))
         self._usable = bool(by_literal)
+        # pods' labels, as they came → as masked (a pod's records carry the same labels)
+        self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         if self._usable:
             self._auto.make_automaton()
 
-    def wanted(self, text: str) -> list[int] | tuple[int, ...]:
-        """Indices of the patterns worth trying on ``text``, in order."""
+    def wanted(self, text: str) -> dict[int, list[int]]:
+        """The patterns worth trying on ``text`` (index → where their literals start in
+        it, in order), in the patterns' order."""
         if not self._usable:
-            return self._always
-        hits = self._auto.iter(text.lower())
-        first = next(hits, None)
-        if first is None:  # the common case: one scan, nothing to try
-            return self._always
-        picked = set(self._always)
-        picked.update(first[1])
-        for _, idx in hits:
-            picked.update(idx)
-        return sorted(picked)
+            return dict.fromkeys(self._always, [])
+        low = text.lower()
+        picked: dict[int, list[int]] = {}
+        for end, (size, idx) in self._auto.iter(low):
+            for i in idx:
+                picked.setdefault(i, []).append(end - size + 1)
+        if not picked:  # the common case: one scan, nothing to try
+            return dict.fromkeys(self._always, [])
+        for i in self._always:
+            picked.setdefault(i, [])
+        if len(low) != len(text):  # a case fold changed lengths: no anchors
+            return {i: [] for i in sorted(picked)}
+        return {i: sorted(picked[i]) for i in sorted(picked)}
 
     def redact(
         self,
@@ -136,50 +163,84 @@ class Redactor:
         counted: bool = True,
     ) -> str:
         """``text`` with every secret the patterns find replaced (counted per pattern in
-        ``sentinel_redactions_total`` unless ``counted`` is False). ``stream`` and
-        ``blocks`` (the caller's, e.g. a classifier's: stream → the pattern whose block is
-        open): for patterns whose secret spans lines (``block_end``). The redactor itself
-        holds no state, so threads may share it."""
+        ``sentinel_redactions_total`` unless ``counted`` is False). The patterns look at the
+        line with its layers undone (:func:`~service.classify.unlayer.unlayer`: escapes,
+        percent-encoding, look-alikes); what they find is replaced in the line as it came,
+        which keeps its form elsewhere. A line longer than :data:`LINE_CAP` is cut there
+        after it is redacted, so a secret straddling the cut is masked whole. ``stream``
+        and ``blocks`` (the caller's, e.g. a classifier's: stream → the pattern whose block
+        is open): for patterns whose secret spans lines (``block_end``). The redactor
+        itself holds no state, so threads may share it."""
         if len(text) > LINE_CAP:  # the parser reads no more, the store keeps no more
-            text = text[: LINE_CAP - 1] + "…"
+            return cut(self._redact(window(text), stream, blocks, counted))
+        return self._redact(text, stream, blocks, counted)
+
+    def _redact(self, text: str, stream: str | None, blocks: Blocks | None, counted: bool) -> str:
         if stream is not None and blocks and stream in blocks:
             return self._in_block(text, stream, blocks, counted)
         if not text:
             return text
-        for i in self.wanted(text):
+        plain = unlayer(text)
+        spans: list[tuple[int, int, int]] = []  # (start, end, pattern) in the line as it came
+        found = Found()  # what the patterns before this one masked
+        for i, starts in self.wanted(plain.text).items():
             c = self._compiled[i]
             count = 0
-
-            def sub(m: regex.Match[str], c: _Compiled = c) -> str:
-                nonlocal count
-                whole = m.group(0)
-                if not c.grouped:
-                    if whole == c.replace:
-                        return whole
-                    count += 1
-                    return c.replace
-                s, e = m.span(SECRET_GROUP)
-                if s < 0 or s == e or m.string[s:e] == c.replace:
-                    return whole
+            for m in _matches(c, plain.text, starts):
+                s, e = m.span(SECRET_GROUP) if c.grouped else m.span()
+                if s < 0 or s == e:
+                    continue
+                s, e = plain.span(s, e)
+                if text[s:e] == c.replace or found.covers(s, e):
+                    continue
+                spans.append((s, e, i))
                 count += 1
-                base = m.start()
-                return whole[: s - base] + c.replace + whole[e - base :]
-
-            before = text
-            text = c.rx.sub(sub, text)
+            if count:
+                found.add(spans[-count:])
             if count and counted:
                 metrics.REDACTIONS.labels(pattern=c.name).inc(count)
-            if (
-                stream is not None
-                and blocks is not None
-                and c.end is not None
-                and c.rx.search(before) is not None
-                and not c.end.search(text)
-            ):
-                blocks[stream] = i
-                if len(blocks) > MAX_OPEN_BLOCKS:
-                    blocks.popitem(last=False)
-        return text
+            if stream is not None and blocks is not None and c.end is not None:
+                self._open_block(plain.text, c, i, stream, blocks)
+        return replace(text, spans, self._replacements) if spans else text
+
+    def _open_block(self, plain: str, c: _Compiled, i: int, stream: str, blocks: Blocks) -> None:
+        """A multi-line secret whose start is on this line and whose end is not: the
+        stream's next lines are in its block."""
+        assert c.end is not None
+        m = c.rx.search(plain)
+        if m is not None and not c.end.search(plain, m.start()):
+            blocks[stream] = i
+            if len(blocks) > MAX_OPEN_BLOCKS:
+                blocks.popitem(last=False)
+
+    def redact_meta(self, meta: Meta) -> None:
+        """Mask, in place, what a record's envelope carries beside its line: its text
+        fields (pod, image, tag ...) and its labels, keys and values; a label whose key
+        names a secret (``api-token: ...``) loses its value whatever it holds."""
+        plain = cast(dict[str, object], meta)
+        for key in META_TEXT:
+            v = plain.get(key)
+            if type(v) is str and v:
+                plain[key] = self.redact(v, counted=False)
+        labels = meta.get("labels")
+        if labels:
+            items = tuple((k, v if isinstance(v, str) else str(v)) for k, v in labels.items())
+            cached = self._labels.get(items)
+            if cached is not None:
+                meta["labels"] = dict(cached)
+                return
+            out: dict[str, str] = {}
+            for k, v in items:
+                rk, rv = self.redact(k, counted=False), self.redact(v, counted=False)
+                if rv == v and self.redact(f"{k}={SENTINEL_VALUE}", counted=False) != (
+                    f"{k}={SENTINEL_VALUE}"
+                ):
+                    rv = "<REDACTED>"
+                out[rk] = rv
+            if len(self._labels) >= LABEL_CACHE:
+                self._labels.clear()
+            self._labels[items] = out
+            meta["labels"] = dict(out)
 
     def redact_lines(self, text: str) -> str:
         """A whole text (a pasted log) redacted line by line, a key over several lines
@@ -211,10 +272,28 @@ class Redactor:
                 out = self.redact(ex.text, counted=False)
                 if ex.secret in out:
                     failures.append(f"{p.name}: leaves its secret in: {ex.text[:160]}")
+                elif self.redact(out, counted=False) != out:
+                    failures.append(f"{p.name}: masks its own output again: {out[:160]}")
             for line in p.examples.no_match:
                 if self.redact(line, counted=False) != line:
                     failures.append(f"{p.name}: changes its no_match example: {line[:160]}")
         return failures
+
+
+def _matches(c: _Compiled, text: str, starts: list[int]) -> Iterator[regex.Match[str]]:
+    """``c``'s matches in ``text``: tried only where a literal starts when it is anchored
+    (a keyword's alternation tried at every character would cost far more), else all."""
+    if not c.anchored or not starts:
+        yield from c.rx.finditer(text)
+        return
+    after = 0
+    for st in starts:
+        if st < after:
+            continue
+        m = c.rx.match(text, st)
+        if m is not None:
+            after = max(m.end(), st + 1)
+            yield m
 
 
 def _has_group(pattern: str) -> bool:

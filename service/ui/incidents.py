@@ -22,7 +22,7 @@ from service.notify.silences import silencing
 from service.store.views import DeliveryView
 from service.taxonomy import CATEGORIES, CATEGORY_TIER, STAGE_INDEX, STAGES, TIERS
 from service.ui import data, present
-from service.ui.page import denied_read, poll_s, render, store
+from service.ui.page import denied_read, form_bool, poll_s, render, store
 
 router = APIRouter()
 
@@ -138,7 +138,7 @@ def incident_list(request: Request) -> Response:
     query = {**active, **times.query()}
     if request.query_params.get("poll"):
         query["poll"] = str(poll_s(request))
-    fragment = bool(request.query_params.get("fragment"))
+    fragment = form_bool(request.query_params.get("fragment"), "fragment")
     return render(
         request,
         "_results.html" if fragment else "incidents.html",

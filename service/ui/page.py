@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from fastapi import Request
+from fastapi import HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
@@ -122,11 +122,31 @@ def login_redirect(request: Request) -> RedirectResponse:
     return redirect(request, "/ui/login", next=target)
 
 
+TRUE = frozenset({"true", "1", "on", "yes"})
+FALSE = frozenset({"false", "0", "off", "no", ""})
+
+
+def form_bool(value: object, name: str) -> bool:
+    """A form field or query parameter read as a boolean, strictly: ``true``/``1``/``on``/
+    ``yes`` are true, ``false``/``0``/``off``/``no``, empty or absent are false; anything
+    else is refused (400), never taken as true because it is not empty."""
+    if value is None:
+        return False
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text in TRUE:
+        return True
+    if text in FALSE:
+        return False
+    raise HTTPException(
+        400, f"{name}: not a boolean (true/false, 1/0, on/off, yes/no): {str(value)[:40]!r}"
+    )
+
+
 def denied_read(request: Request) -> Response | None:
     """None when this request may read; else the way to the login form (a plain 401 for the
     list's refresh, which cannot follow it)."""
     if auth.can_read(request):
         return None
-    if request.query_params.get("fragment"):
+    if form_bool(request.query_params.get("fragment"), "fragment"):
         return secured(Response("sign in again", status_code=401, media_type="text/plain"))
     return login_redirect(request)

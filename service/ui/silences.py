@@ -25,7 +25,7 @@ from service.notify.silences import SilencePreview, preview
 from service.store.views import IncidentView
 from service.ui import auth, present
 from service.ui.forms import read_form, write_guard, writer, writing_form
-from service.ui.page import denied_read, redirect, render, store
+from service.ui.page import denied_read, form_bool, redirect, render, store
 
 router = APIRouter()
 
@@ -53,7 +53,9 @@ async def preview_page(request: Request) -> Response:
         db = store(request)
         found = await anyio.to_thread.run_sync(lambda: preview(db, matchers, time.time()))
         seen = PreviewShown(found, not labels.pins_one_namespace(matchers))
-    return _page(request, seen, shown, bool(form.get("cluster_wide")), typed(form))
+    return _page(
+        request, seen, shown, form_bool(form.get("cluster_wide"), "cluster_wide"), typed(form)
+    )
 
 
 TYPED = ("comment", "duration", "extra_key", "extra_value", "incident")
@@ -71,10 +73,10 @@ def shown_rows(form: Mapping[str, object]) -> list[dict[str, object]] | None:
         {
             "key": k,
             "value": str(form.get(f"value_{k}") or ""),
-            "checked": bool(form.get(f"use_{k}")),
+            "checked": form_bool(form.get(f"use_{k}"), f"use_{k}"),
         }
         for k in present.SILENCE_KEYS
-        if str(form.get(f"value_{k}") or "").strip() or form.get(f"use_{k}")
+        if str(form.get(f"value_{k}") or "").strip() or form_bool(form.get(f"use_{k}"), k)
     ]
     return rows or None
 
@@ -95,7 +97,10 @@ class PreviewShown:
 def _matchers(form: Mapping[str, object]) -> dict[str, list[str]]:
     matchers: dict[str, list[str]] = {}
     for key in present.SILENCE_KEYS:
-        if form.get(f"use_{key}") and str(form.get(f"value_{key}") or "").strip():
+        if (
+            form_bool(form.get(f"use_{key}"), f"use_{key}")
+            and str(form.get(f"value_{key}") or "").strip()
+        ):
             matchers[key] = [str(form[f"value_{key}"]).strip()]
     extra_key = str(form.get("extra_key") or "").strip()
     extra_value = str(form.get("extra_value") or "").strip()
@@ -151,7 +156,9 @@ async def create_silence(request: Request) -> Response:
         filled = {
             **typed(form),
             **{k: str(v) for k, v in form.items() if k.startswith(("use_", "value_"))},
-            **({"cluster_wide": "1"} if form.get("cluster_wide") else {}),
+            **(
+                {"cluster_wide": "1"} if form_bool(form.get("cluster_wide"), "cluster_wide") else {}
+            ),
         }
         back = "/ui/silences?" + urlencode(filled) + "#new-silence"
         return redirect(request, "/ui/login", next=back, why="write")
@@ -165,7 +172,7 @@ async def create_silence(request: Request) -> Response:
             matchers=matchers,
             duration=str(form.get("duration") or "2h"),
             comment=str(form.get("comment") or "").strip() or "silenced from the dashboard",
-            cluster_wide=bool(form.get("cluster_wide")),
+            cluster_wide=form_bool(form.get("cluster_wide"), "cluster_wide"),
         )
     except ValidationError as exc:
         msg = "; ".join(
@@ -197,7 +204,7 @@ def _refused(request: Request, form: Mapping[str, object], why: str) -> Response
         request,
         None,
         shown_rows(form),
-        bool(form.get("cluster_wide")),
+        form_bool(form.get("cluster_wide"), "cluster_wide"),
         typed(form),
         error=why[:300],
         status_code=422,

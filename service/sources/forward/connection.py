@@ -28,13 +28,15 @@ import msgpack
 from prometheus_client import Counter, Gauge
 
 from service import metrics
+from service.ingest import gcpause
 from service.ingest.msgpack_events import BuildCounter, new_unpacker
 from service.ratelog import RateLimitedLog, reject
 from service.records import LogRecord
 from service.sources.forward.handshake import Handshake
-from service.sources.forward.messages import DropConnection, ForwardDecoder, Frames
+from service.sources.forward.messages import Batch, DropConnection, ForwardDecoder, Frames
 
 READ_SIZE = 1 << 18
+INLINE_BYTES = 1 << 18  # buffered bytes decoded on the event loop; more: in a thread
 HANDSHAKE_MAX_BYTES = 64 << 10  # what a peer may send before it is authenticated
 log = logging.getLogger("vllm_sentinel.ingest.forward")
 _limited = RateLimitedLog(log)
@@ -100,7 +102,16 @@ class ConnectionSettings:
 class Connection:
     """One accepted connection, from its first byte to its close (:meth:`run`)."""
 
-    __slots__ = ("reader", "writer", "settings", "decoder", "budget", "deliver", "_packer")
+    __slots__ = (
+        "reader",
+        "writer",
+        "settings",
+        "decoder",
+        "budget",
+        "deliver",
+        "_packer",
+        "_gc_held",
+    )
 
     def __init__(
         self,
@@ -118,6 +129,7 @@ class Connection:
         self.budget = budget
         self.deliver = deliver
         self._packer = msgpack.Packer(use_bin_type=True, unicode_errors="surrogateescape")
+        self._gc_held = False  # the collector paused for this connection's large message
 
     async def run(self) -> None:
         """Serve the connection until it ends; never raises."""
@@ -131,7 +143,7 @@ class Connection:
             if self.settings.shared_key is not None and not await self._handshake(unpacker, frames):
                 return
             while True:
-                batches, healthy = decoder.batches(unpacker, frames)
+                batches, healthy = await self._decode(unpacker, frames)
                 if not self.budget.account(frames):
                     CLOSED.labels(reason="frame_budget").inc()
                     reject(
@@ -170,8 +182,31 @@ class Connection:
                 exc_info=True,
             )
         finally:
+            self._release_gc()
             self.budget.release(frames)
             writer.close()
+
+    async def _decode(self, unpacker: Any, frames: Frames) -> tuple[list[Batch], bool]:
+        """The complete messages buffered, decoded: on the event loop when they are small,
+        else in a thread, one connection at a time (the decoder's gate), so that a message
+        of a million entries (or four at once) never holds the probes back."""
+        decoder = self.decoder
+        if frames.fed - frames.boundary <= INLINE_BYTES and not self._gc_held:
+            return decoder.batches(unpacker, frames)
+        if not self._gc_held:  # from the first large piece of a message to its end
+            gcpause.hold()
+            self._gc_held = True
+        try:
+            async with decoder.gate:
+                return await asyncio.to_thread(decoder.batches, unpacker, frames)
+        finally:
+            if frames.fed - frames.boundary <= INLINE_BYTES:
+                self._release_gc()
+
+    def _release_gc(self) -> None:
+        if self._gc_held:
+            self._gc_held = False
+            gcpause.release()
 
     async def _read(self) -> bytes:
         try:

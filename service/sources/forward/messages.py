@@ -22,6 +22,7 @@ process-wide budget of :mod:`service.ingest.budget`.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -87,6 +88,7 @@ class ForwardDecoder:
         self.max_records = max_records
         self.max_line = max_line
         self.chunk_ids = chunk_ids
+        self.gate = asyncio.Semaphore(1)  # one large decoding at a time (connection.py)
 
     def feed(self, unpacker: msgpack.Unpacker, data: bytes) -> None:
         """Buffer ``data``; an unfinished frame over ``max_message_bytes`` drops the connection."""
