@@ -56,35 +56,8 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "zhiyuanhubj-logic-rl-formula-log-log-1f0964e": (
         "'No module named vllm._version' import warning in a verl job that goes on to train (class: benign import warning read as library_mismatch)"
     ),
-    "cmontemuino-amd-mi300x-ml-benchmarks-llama-3-1-8b-latency-bs1-in128-out128-fl-164f0b9": (
-        "torch c10d 'The hostname of the client socket cannot be retrieved. err=-3' warning in a vLLM ROCm benchmark on MI300X that completes (class: benign c10d socket warning read as internode_network)"
-    ),
-    "cmontemuino-amd-mi300x-ml-benchmarks-llama-3-1-8b-latency-bs8-in128-out128-fl-a590b44": (
-        "torch c10d 'The hostname of the client socket cannot be retrieved. err=-3' warning in a vLLM ROCm benchmark on MI300X that completes (class: benign c10d socket warning read as internode_network)"
-    ),
     "jethac-dgx-spark-hijinks-claude-row1pp-fp8-server-log-a77ccdc": (
         "vLLM WARNING traceback 'Module vllm.third_party.deep_gemm was found but failed to import' (an optional kernel probe); the server starts and serves (class: optional import probe WARNING read as backend_kernel)"
-    ),
-    "mattbucci-2x-r9700-rdna4-gfx1201-s-devstral-24b-awq-log-ed6bd46": (
-        "SGLang on ROCm 'Failed to import amdsmi with ModuleNotFoundError' (an optional monitoring probe); the server starts and serves (class: optional ROCm probe read as a failure)"
-    ),
-    "mattbucci-2x-r9700-rdna4-gfx1201-s-qwen3-5-27b-awq-log-400874e": (
-        "SGLang on ROCm 'Failed to import amdsmi with ModuleNotFoundError' (an optional monitoring probe); the server starts and serves (class: optional ROCm probe read as a failure)"
-    ),
-    "mattbucci-2x-r9700-rdna4-gfx1201-s-qwen3-6-27b-awq-log-c3b4415": (
-        "SGLang on ROCm 'Failed to import amdsmi with ModuleNotFoundError' (an optional monitoring probe); the server starts and serves (class: optional ROCm probe read as a failure)"
-    ),
-    "mattbucci-2x-r9700-rdna4-gfx1201-s-qwen3-coder-30b-a3b-ream-awq-log-1532ec6": (
-        "SGLang on ROCm 'Failed to import amdsmi with ModuleNotFoundError' (an optional monitoring probe); the server starts and serves (class: optional ROCm probe read as a failure)"
-    ),
-    "mattbucci-2x-r9700-rdna4-gfx1201-s-qwen3-coder-30b-a3b-reap-awq-log-551c989": (
-        "SGLang on ROCm 'Failed to import amdsmi with ModuleNotFoundError' (an optional monitoring probe); the server starts and serves (class: optional ROCm probe read as a failure)"
-    ),
-    "mattbucci-2x-r9700-rdna4-gfx1201-s-qwen3-coder-reap-25b-a3b-awq-log-8748557": (
-        "SGLang on ROCm 'Failed to import amdsmi with ModuleNotFoundError' (an optional monitoring probe); the server starts and serves (class: optional ROCm probe read as a failure)"
-    ),
-    "mattbucci-2x-r9700-rdna4-gfx1201-s-qwen3-vl-32b-awq-log-e215d7b": (
-        "SGLang on ROCm 'Failed to import amdsmi with ModuleNotFoundError' (an optional monitoring probe); the server starts and serves (class: optional ROCm probe read as a failure)"
     ),
 }
 
