@@ -10,6 +10,8 @@ Kinds (the door picks one from ``Content-Type``, or leaves it to :func:`sniff`):
   skipped to the next line, the rest kept.
 * ``text``: one raw/CRI/Docker line per line.
 
+A record's line that is binary junk (:mod:`service.ingest.junk`) is dropped and counted.
+
 The Fluent tag is the stream-key fallback (a kubelet-path tag names namespace, pod and
 container). A body refused whole raises :class:`~service.ingest.bounds.Refused`.
 """
@@ -22,6 +24,7 @@ import re
 from service.ingest.bounds import RecordCap, Refused, check_containers, refuse
 from service.ingest.envelope import decode_record, decode_text
 from service.ingest.fluent_record import has_line, record_meta, stream_key
+from service.ingest.junk import junk_text
 from service.ingest.msgpack_events import TooComplex, split_event, unpack_all
 from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, reject
@@ -161,11 +164,11 @@ def _json(
 def _event(
     obj: object, tag: str | None, stream: str, source: str, max_line: int, out: list[LogRecord]
 ) -> int:
-    """Append the records of one event; return 1 if it was rejected, else 0."""
+    """Append the records of one event; return how many of its units were rejected (the
+    event, or its junk lines: :mod:`service.ingest.junk`)."""
     if type(obj) is str:  # a bare line
         text = obj if obj.isascii() else clean_text(obj, source)
-        out.extend(decode_text(text, stream, source=source, max_line=max_line))
-        return 0
+        return _keep(decode_text(text, stream, source=source, max_line=max_line), source, out)
     event = split_event(obj)
     if event is None:
         reject(source, "bad_record", brief(obj))
@@ -176,7 +179,20 @@ def _event(
     if not has_line(record):
         reject(source, "no_log_field", brief(record))
         return 1
-    out.extend(
-        decode_record(record, tag=tag, time=t, stream=stream, source=source, max_line=max_line)
+    records = decode_record(
+        record, tag=tag, time=t, stream=stream, source=source, max_line=max_line
     )
-    return 0
+    return _keep(records, source, out)
+
+
+def _keep(records: list[LogRecord], source: str, out: list[LogRecord]) -> int:
+    """Append ``records`` but their binary junk (the rule of a text line, counted); return
+    how many were dropped."""
+    dropped = 0
+    for rec in records:
+        if junk_text(rec.text):
+            reject(source, "binary", rec.text[:80])
+            dropped += 1
+        else:
+            out.append(rec)
+    return dropped

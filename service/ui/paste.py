@@ -18,6 +18,7 @@ from service.api.body import MiB
 from service.api.deps import get_ctx
 from service.api.routers import classify as classify_api
 from service.ingest.compression import gunzip
+from service.ingest.junk import binary_input
 from service.offline.report import StreamReport
 from service.ui import auth, present
 from service.ui.forms import read_form, write_guard
@@ -92,6 +93,9 @@ async def classify_post(request: Request) -> Response:
             return _refused(request, 400, "", fmt, f"could not read the gzip file: {exc}")
     if not data_bytes.strip():
         return _refused(request, 400, text, fmt, "paste a log or choose a file first")
+    why = binary_input((data_bytes,))
+    if why is not None:  # the rule of the CLI and POST /classify (service.ingest.junk)
+        return _refused(request, 400, "", fmt, f"{name or 'the pasted text'} {why}")
     reports = await anyio.to_thread.run_sync(
         classify_api.classify_bytes,
         get_ctx(request),

@@ -118,7 +118,7 @@ async def ingest(
 
 def _refused(exc: BodyRefused, max_decompressed: int) -> HTTPException:
     """The HTTP answer to a body refused as a whole (already counted and logged)."""
-    if exc.reason == "bad_gzip":
+    if exc.reason in ("bad_gzip", "binary"):
         return HTTPException(
             status_code=400, detail={"message": exc.message, "accepted": 0, "rejected": 1}
         )
