@@ -203,6 +203,7 @@ class IngestResult(BaseModel):
 # ---- health ------------------------------------------------------------------------------
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
+    service: Literal["vllm-sentinel"] = "vllm-sentinel"  # check-config --probe knows it by this
     instance_id: str
     uptime_s: float
 
