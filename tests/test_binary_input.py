@@ -155,3 +155,17 @@ def test_a_log_that_ends_before_any_stage_never_shows_none(client: TestClient) -
     assert status == 200
     text = shown(html)
     assert "mid-startup before any stage was reached" in text and "None" not in text
+
+
+# ---- a log over the paste page's limit ----------------------------------------------------
+def test_an_upload_over_the_limit_gets_a_page_saying_how_to_send_it(client: TestClient) -> None:
+    """21 MiB to the paste page: a dashboard page (never the API's JSON) with the limit and
+    the two ways to classify a larger log."""
+    big = (CAPTURE.read_bytes() * (21 * 1024 * 1024 // CAPTURE.stat().st_size + 1))[: 21 << 20]
+    status, html = paste(client, "big.log", big)
+    assert status == 413
+    assert html.lstrip().startswith("<!doctype html>") or "<html" in html[:200]
+    text = shown(html)
+    assert "This log is larger than 20 MiB" in text
+    assert "vllm-sentinel classify pod.log" in text and "POST /ingest" in text
+    assert 'name="csrf"' in html  # the form is there to paste a part of it
