@@ -198,6 +198,9 @@ class ClassifyResponse(BaseModel):
 class IngestResult(BaseModel):
     accepted: int
     rejected: int
+    # without a tag, lines that named no sender were keyed by the client's address: why
+    # and what to send (absent when there is nothing to say)
+    warning: str | None = None
 
 
 # ---- health ------------------------------------------------------------------------------

@@ -12,14 +12,18 @@ Kinds (the door picks one from ``Content-Type``, or leaves it to :func:`sniff`):
 
 A record's line that is binary junk (:mod:`service.ingest.junk`) is dropped and counted.
 
-The Fluent tag is the stream-key fallback (a kubelet-path tag names namespace, pod and
-container). A body refused whole raises :class:`~service.ingest.bounds.Refused`.
+The stream key: ``namespace/pod/container`` from a record's Kubernetes metadata, else its
+container id, else the Fluent tag (a kubelet-path tag names namespace, pod and container);
+without a tag, what the record names itself (:func:`body_identity`), else the caller's
+``default`` (the door: the client's address). A body refused whole raises :class:`~service.ingest.bounds.Refused`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from service.ingest.bounds import RecordCap, Refused, check_containers, refuse
 from service.ingest.envelope import decode_record, decode_text
@@ -49,13 +53,34 @@ def sniff(body: bytes | bytearray) -> str | None:
     return None if body.strip(b" \t\r\n") else "json"
 
 
+IDENTITY_FIELDS = ("container_name", "container_id", "hostname", "host")
+
+
+def body_identity(record: Mapping[str, Any]) -> str | None:
+    """The sender an untagged record names itself, for its stream key when it carries no
+    Kubernetes metadata: Docker's fluentd driver's ``container_name`` / ``container_id``, a
+    syslog-style ``hostname`` / ``host``."""
+    for key in IDENTITY_FIELDS:
+        value = record.get(key)
+        if type(value) is str and value.strip("/ "):
+            return value.strip("/ ")
+    return None
+
+
 def text_records(
-    text: str, tag: str | None, source: str, max_records: int, max_line: int
+    text: str,
+    tag: str | None,
+    source: str,
+    max_records: int,
+    max_line: int,
+    default: str | None = None,
 ) -> list[LogRecord]:
-    """The records of a ``text/plain`` body, each with what the tag names."""
+    """The records of a ``text/plain`` body, each with what the tag names (``default``: the
+    stream key without a tag, else ``source``)."""
     meta = record_meta({}, tag, None)  # a kubelet-path tag names namespace, pod, container
     RecordCap(max_records, source).lines(text)
-    records = decode_text(text, stream_key(meta, source), source=source, max_line=max_line)
+    key = stream_key(meta, default or source)
+    records = decode_text(text, key, source=source, max_line=max_line)
     for rec in records:
         fill_meta(rec.meta, meta)
     return records
@@ -68,9 +93,11 @@ def structured_records(
     source: str,
     max_records: int,
     max_line: int,
+    default: str | None = None,
 ) -> tuple[list[LogRecord], int]:
-    """``(records, rejected units)`` of a ``msgpack`` or ``json`` body."""
-    stream = tag or source
+    """``(records, rejected units)`` of a ``msgpack`` or ``json`` body (``default``: the
+    stream key of a record that names no sender, without a tag; else ``source``)."""
+    stream = tag or default or source
     cap = RecordCap(max_records, source)
     if kind == "msgpack":
         return _msgpack(body, tag, stream, source, max_line, cap)
@@ -179,6 +206,8 @@ def _event(
     if not has_line(record):
         reject(source, "no_log_field", brief(record))
         return 1
+    if tag is None:
+        stream = body_identity(record) or stream
     records = decode_record(
         record, tag=tag, time=t, stream=stream, source=source, max_line=max_line
     )

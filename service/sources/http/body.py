@@ -124,15 +124,17 @@ def decode_body(
     max_records: int = MAX_RECORDS,
     max_line: int = MAX_LINE,
     source: str = "http",
+    default: str | None = None,
 ) -> Decoded:
     """``(records, rejected)`` of one body; raises :class:`BodyRefused` when the whole body
     is refused. ``rejected`` counts dropped units (entries, JSON lines). ``lease`` (else one
     of ``max_decompressed_bytes`` over the global budget, released on return) is charged
-    with the inflated bytes as they are produced. ``tag`` is the stream-key fallback."""
+    with the inflated bytes as they are produced. ``tag`` is the stream-key fallback;
+    without one, a record's own sender fields, else ``default`` (else ``source``)."""
     check_tag(tag, source)
     kind = check_media(content_type, source)
     decode = functools.partial(
-        _decode, body, kind, content_encoding, tag, max_records, max_line, source
+        _decode, body, kind, content_encoding, tag, max_records, max_line, source, default
     )
     del body  # only the decoder holds it now
     return decode_leased(source, lease, max_decompressed_bytes, decode)
@@ -146,6 +148,7 @@ def _decode(
     max_records: int,
     max_line: int,
     source: str,
+    default: str | None,
     lease: Lease,
 ) -> Decoded:
     body = content(body, content_encoding, lease, source)
@@ -155,9 +158,9 @@ def _decode(
             raise refuse(source, "binary", f"the body {why}", body[:80])
         text, junk_lines = text_lines(body, source)
         del body
-        return text_records(text, tag, source, max_records, max_line), junk_lines
+        return text_records(text, tag, source, max_records, max_line, default), junk_lines
     if kind:
-        return structured_records(body, kind, tag, source, max_records, max_line)
+        return structured_records(body, kind, tag, source, max_records, max_line, default)
     kind = sniff(body) or ""
     if not kind:
         raise refuse(
@@ -166,7 +169,7 @@ def _decode(
             f"no Content-Type and not JSON or msgpack (send one of {ACCEPTED_TYPES})",
             body[:80],
         )
-    records, rejected = structured_records(body, kind, tag, source, max_records, max_line)
+    records, rejected = structured_records(body, kind, tag, source, max_records, max_line, default)
     if rejected and not records:  # it only looked like JSON or msgpack: junk
         raise refuse(
             source,
