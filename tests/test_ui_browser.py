@@ -518,6 +518,7 @@ def every_page(env: Env) -> list[str]:
         "/ui/streams",
         "/ui/silences",
         f"/ui/silences?incident={kv['id']}",
+        "/ui/receivers",
         "/ui/classify",
         "/ui/login",
     ]
