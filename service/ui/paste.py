@@ -43,8 +43,16 @@ def shown(rep: StreamReport) -> ShownReport:
     timeline = rep.get("timeline") or {}
     return {
         **rep,
-        "ladders": [
-            present.ladder({"stage": i["stage"], "status": i["status"], "timeline": timeline})
+        "ladders": [  # a crash loop's: its latest failed start only
+            present.ladder(
+                {
+                    "stage": i["stage"],
+                    "status": i["status"],
+                    "timeline": present.one_run(
+                        timeline, present.failing_run(i.get("extra") or {})
+                    ),
+                }
+            )
             for i in rep["incidents"]
         ],
         "fact_rows": present.facts_rows(rep.get("facts") or {}, rep.get("meta")),
