@@ -141,7 +141,8 @@ def test_the_single_instance_config_takes_ingest_and_flags_its_placeholder(
     overlay = ROOT / "deploy" / "kubernetes" / "overlays" / "single" / "configmap.yaml"
     path = tmp_path / "sentinel.yaml"
     path.write_text(yaml.safe_load(overlay.read_text())["data"]["sentinel.yaml"])
-    problems, warnings = check_report(path)
+    report = check_report(path)
+    problems, warnings = report.problems, report.warnings
     assert problems == []
     assert Settings(**yaml.safe_load(path.read_text())).sources.http is True  # OTLP, /ingest
     assert len(warnings) == 1 and "placeholder" in warnings[0]

@@ -223,6 +223,64 @@ def test_list_filters_counts_and_refreshes_itself(env: Env, page: Page) -> None:
     expect(page.locator("#live")).to_contain_text("updated")
 
 
+def _badge_contrast(badge: Any) -> float:
+    fg, bg = badge.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
+    return _contrast(fg, bg)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_crash_loop_has_its_badge_in_the_list_on_a_laptop_and_a_phone(
+    env: Env, browser: Browser, scheme: str
+) -> None:
+    """One pod failing the same way three times, two minutes apart: its row in the list says
+    "crash loop" (readable in either scheme, on the card at 390 px too) and how many
+    restarts; a pod that failed once has no badge."""
+    ns = "llm-loop"
+    if not env.svc.incidents(namespace=ns):
+        now = time.time()
+        for k in range(3):
+            env.ingest(KV, ns, "llama-loop-0", "gpu-a100-9", end=now - 600 + 120 * k)
+    loop = wait_until(
+        lambda: next(
+            (
+                i
+                for i in env.svc.incidents(namespace=ns)
+                if (i.get("extra") or {}).get("crash_loop")
+            ),
+            None,
+        ),
+        30,
+        "the crash loop",
+    )
+    once = env.incident(namespace="llm-prod", category="oom_kv_cache")  # failed once
+    for viewport in (VIEWPORT, {"width": 390, "height": 844}):
+        ctx = browser.new_context(
+            viewport=viewport,  # type: ignore[arg-type]
+            is_mobile=viewport["width"] < 640,
+            color_scheme=scheme,  # type: ignore[arg-type]
+        )
+        page = ctx.new_page()
+        try:
+            page.goto(env.base + "/ui/incidents")
+            row = page.locator(f'tr.inc[data-id="{loop["id"]}"]')
+            badge = row.locator("td.fail-cell .badge.crash")
+            expect(badge).to_be_visible()
+            expect(badge).to_have_text("crash loop")
+            expect(row.locator(".restarts")).to_have_text(f"{loop['restarts']} restarts")
+            box, card = badge.bounding_box(), row.bounding_box()
+            assert box is not None and card is not None
+            assert box["x"] >= card["x"] and box["x"] + box["width"] <= card["x"] + card["width"]
+            assert box["x"] + box["width"] <= viewport["width"]
+            assert _badge_contrast(badge) >= 4.5
+            expect(page.locator(f'tr.inc[data-id="{once["id"]}"] .badge.crash')).to_have_count(0)
+            if viewport is VIEWPORT:
+                shot(page, f"crash-loop-list-{scheme}")
+            row.locator("a.inc-link").click()
+            expect(page.locator(".badge.crash").first).to_have_text("crash loop")
+        finally:
+            ctx.close()
+
+
 # ---- one incident ---------------------------------------------------------------------------
 def test_detail_shows_the_failed_rung_and_the_whole_root_cause(env: Env, page: Page) -> None:
     inc = env.incident(namespace="llm-prod", category="oom_kv_cache")
@@ -460,6 +518,7 @@ def every_page(env: Env) -> list[str]:
         "/ui/streams",
         "/ui/silences",
         f"/ui/silences?incident={kv['id']}",
+        "/ui/receivers",
         "/ui/classify",
         "/ui/login",
     ]

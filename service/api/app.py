@@ -27,6 +27,7 @@ from service.api.routers import (
     oncall,
     otlp,
     quarantine,
+    receivers,
     silences,
     slack,
     stats,
@@ -113,6 +114,7 @@ def create_app(ctx: ServiceContext) -> FastAPI:
         health,
         quarantine,
         slack,
+        receivers,
     ):
         app.include_router(module.router)
     if ctx.settings.sources.http:  # sources.http: false turns POST /ingest off (404)

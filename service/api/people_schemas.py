@@ -43,7 +43,9 @@ class AuditRecord(BaseModel):
     at: float
     actor: str = Field(..., description="the authenticated user (``token``: api.token)")
     via: str = Field(..., description="user | token | read_token | proxy | slack | open")
-    action: str = Field(..., examples=["ack", "assign", "note", "resolve", "silence.create"])
+    action: str = Field(
+        ..., examples=["ack", "assign", "note", "resolve", "silence.create", "receiver.test"]
+    )
     target_kind: str
     target_id: str
     detail: JsonObject

@@ -198,11 +198,15 @@ class ClassifyResponse(BaseModel):
 class IngestResult(BaseModel):
     accepted: int
     rejected: int
+    # without a tag, lines that named no sender were keyed by the client's address: why
+    # and what to send (absent when there is nothing to say)
+    warning: str | None = None
 
 
 # ---- health ------------------------------------------------------------------------------
 class Health(BaseModel):
     status: Literal["ok"] = "ok"
+    service: Literal["vllm-sentinel"] = "vllm-sentinel"  # check-config --probe knows it by this
     instance_id: str
     uptime_s: float
 

@@ -1,8 +1,8 @@
-"""``vllm-sentinel`` command line: classify, train, evaluate, serve, check-config, rules,
-feedback-export.
+"""``vllm-sentinel`` command line: classify, train, evaluate, serve, check-config,
+notify-test, rules, feedback-export.
 
 :func:`main` parses the command line and runs one command; each command lives in the
-module of its group (:mod:`.classify`, :mod:`.model`, :mod:`.serve`, :mod:`.rules`) and
+module of its group (:mod:`.classify`, :mod:`.model`, :mod:`.serve`, :mod:`.notify`, :mod:`.rules`) and
 imports what it runs only when it runs. A settings problem is one line on stderr per
 problem and exit 2, never a traceback.
 """
@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from . import classify, model, rules, serve
+from . import classify, model, notify, rules, serve
 from .usage import EPILOG, Formatter
 
 __all__ = ["main"]
@@ -26,6 +26,7 @@ COMMANDS = (
     model.add_evaluate,
     serve.add_serve,
     serve.add_check_config,
+    notify.add_parser,
     rules.add_parser,
     model.add_feedback_export,
 )

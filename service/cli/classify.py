@@ -9,15 +9,18 @@ Exit 1 when a stream has an open critical incident, 2 when nothing could be read
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+import zlib
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from service import ratelog
 from service.ingest.compression import GZIP_MAGIC
 from service.ingest.envelope import Format
+from service.ingest.junk import EXECUTABLE, binary_input, executable
 
 from .rules import load_rules
 from .usage import add_command
@@ -35,8 +38,7 @@ _COLOURS = {
     "none": "\x1b[32m",
 }
 _RESET = "\x1b[0m"
-BINARY_SNIFF = 8192  # bytes read to tell a log from a binary file
-EXECUTABLE_MAGIC = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\xca\xfe\xba\xbe")
+BINARY_BLOCK = 1 << 16  # bytes read at a time to tell a log from a binary file
 
 
 def add_parser(sub: Any) -> None:
@@ -97,8 +99,9 @@ def add_parser(sub: Any) -> None:
 
 def _unreadable(path: str) -> str | None:
     """Why ``path`` cannot be classified (None: it can)."""
-    if path == "-":
-        return None
+    if path == "-":  # stdin is read once: only its first bytes can be judged beforehand
+        peek = getattr(sys.stdin.buffer, "peek", None)
+        return EXECUTABLE if peek is not None and executable(peek(64)[:64]) else None
     if not os.path.exists(path):
         return "no such file"
     if os.path.isdir(path):
@@ -108,20 +111,22 @@ def _unreadable(path: str) -> str | None:
     if os.path.isfile(path) and os.path.getsize(path) == 0:  # (a pipe, <(...), has no size)
         return "is empty"
     if os.path.isfile(path):
-        with open(path, "rb") as fh:
-            head = fh.read(BINARY_SNIFF)
-        if head.startswith(EXECUTABLE_MAGIC):
-            return "is an executable, not a log (plain or gzip text)"
-        if not head.startswith(GZIP_MAGIC) and _binary(head):
-            return "is a binary file, not a log (plain or gzip text)"
+        return _binary(path)
     return None
 
 
-def _binary(head: bytes) -> bool:
-    """Mostly control bytes or invalid UTF-8 once NUL padding (a truncated log's) is gone."""
-    text = head.replace(b"\0", b"").decode("utf-8", "replace")
-    odd = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\x1b"))
-    return odd * 3 > len(text)
+def _binary(path: str) -> str | None:
+    """Why a file is nothing but binary (:func:`service.ingest.junk.binary_input`; gzip read
+    through), or None: a log, junk lines and all (they are dropped and counted)."""
+    with open(path, "rb") as raw:
+        fh: BinaryIO = raw
+        if raw.read(2) == GZIP_MAGIC:
+            fh = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+        raw.seek(0)
+        try:
+            return binary_input(iter(lambda: fh.read(BINARY_BLOCK), b""))
+        except (OSError, EOFError, zlib.error):
+            return None  # a broken gzip: the reader says so
 
 
 def _physical_lines(path: str) -> int:

@@ -38,11 +38,12 @@ def add_check_config(sub: Any) -> None:
         "Prints one line per problem, all in one pass, and exits 1 if there is any: "
         "unknown keys\n(with the nearest known one), "
         "wrong types,\nX_env / X_file that cannot be read, receiver matchers "
-        "outside the taxonomy,\nreceivers without a routing key or URL, ports no "
+        "outside the taxonomy,\nstage names that are not stages (stall.deadlines_s), receivers without a routing key or URL, ports no "
         "client can reach, an open API or\nforward port beyond loopback, the store "
         "URL, extra rule directories and their\nexamples. Warnings (exit 0): alert "
-        "links nobody can open (notify.external_url).\nSENTINEL_* environment "
-        "variables apply as for serve.",
+        "links nobody can open (notify.external_url). Notes: a listen port in use\nby "
+        "a running vllm-sentinel (--probe; the settings of a service that is up).\n"
+        "SENTINEL_* environment variables apply as for serve.",
     )
     cc.add_argument("file", metavar="FILE", help="YAML settings file; - reads stdin")
     cc.add_argument(
@@ -66,11 +67,14 @@ def check_config(args: argparse.Namespace) -> int:
 
     shown = "stdin" if args.file == "-" else args.file
     text = sys.stdin.read() if args.file == "-" else None
-    problems, warnings = check_report(shown, probe=args.probe, text=text)
+    report = check_report(shown, probe=args.probe, text=text)
+    problems, warnings = report.problems, report.warnings
     for problem in problems:
         print(problem if problem.startswith(f"{shown}:") else f"{shown}: {problem}")
     for warning in warnings:
         print(f"{shown}: warning: {warning}")
+    for note in report.notes:
+        print(f"{shown}: note: {note}")
     if problems:
         print(
             f"{shown}: {len(problems)} problem{'s' if len(problems) != 1 else ''}", file=sys.stderr

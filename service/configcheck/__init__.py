@@ -16,24 +16,20 @@ Reading a file and the schema's refusals in words: :mod:`service.configcheck.rea
 
 from __future__ import annotations
 
+import difflib
 import logging
-import socket
 from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as default
 from fnmatch import fnmatchcase
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import ValidationError
-
 from service.classify.ruletest import RuleLoadError, load_rule_set, run_examples
 from service.config import Settings
-from service.configcheck.reading import (
-    ConfigError,
-    load_checked,
-    read_yaml,
-    validation_problems,
-    without_errors,
-)
+from service.configcheck.probe import Probed
+from service.configcheck.probe import probe as probe_settings
+from service.configcheck.reading import ConfigError, load_checked, read_yaml, settle
 from service.labels import validate
 from service.netguard import (
     InsecureConfigError,
@@ -54,31 +50,50 @@ VOCABULARY = {
     "status": STATUSES,
 }
 PORTS = range(1, 65536)
-__all__ = ["ConfigError", "check_config", "check_report", "link_warnings", "load_checked"]
+__all__ = [
+    "CheckReport",
+    "ConfigError",
+    "check_config",
+    "check_report",
+    "link_warnings",
+    "load_checked",
+]
+
+
+@dataclass
+class CheckReport:
+    """What checking a settings file found: ``problems`` (the service would refuse it or
+    misbehave), ``warnings`` (settings that work but mislead), ``notes`` (worth knowing,
+    nothing to fix: a port in use by this very service, running)."""
+
+    problems: list[str]
+    warnings: list[str] = default(default_factory=list)
+    notes: list[str] = default(default_factory=list)
 
 
 def check_config(path: str | Path, *, probe: bool = False, text: str | None = None) -> list[str]:
     """Every problem of the settings file ``path`` (with ``SENTINEL_*`` applied; ``text``:
     its content when it was read already, e.g. from stdin)."""
-    return check_report(path, probe=probe, text=text)[0]
+    return check_report(path, probe=probe, text=text).problems
 
 
-def check_report(
-    path: str | Path, *, probe: bool = False, text: str | None = None
-) -> tuple[list[str], list[str]]:
-    """The problems and the warnings (settings that work but mislead) of ``path``, in one
-    pass: schema problems first, then the rest of what is left once they are dropped."""
+def check_report(path: str | Path, *, probe: bool = False, text: str | None = None) -> CheckReport:
+    """Everything ``path`` holds, in one pass: the schema's problems first (over as many
+    passes of the schema as it takes, :func:`~service.configcheck.reading.settle`), then the
+    rest of what is found once they are dropped."""
     try:
         data = read_yaml(path, text)
     except ConfigError as exc:
-        return exc.problems, []
-    try:
-        settings = Settings(**data)
-    except ValidationError as exc:
-        rest = without_errors(data, exc)
-        schema = validation_problems(exc, data)
-        return schema + (semantic_problems(rest, probe=probe) if rest else []), []
-    return semantic_problems(settings, probe=probe), link_warnings(settings)
+        return CheckReport(exc.problems)
+    schema, settings = settle(data)
+    if settings is None:
+        return CheckReport(schema)
+    report = CheckReport(schema + semantic_problems(settings), link_warnings(settings))
+    if probe:
+        probed = _probe(settings)
+        report.problems += probed.problems
+        report.notes += probed.notes
+    return report
 
 
 PLACEHOLDER_DOMAINS = ("example.com", "example.org", "example.net", "example", "invalid")
@@ -115,16 +130,29 @@ def link_warnings(s: Settings) -> list[str]:
 
 def serve_problems(s: Settings) -> list[str]:
     """What ``serve`` refuses to start with beyond the schema and its start-up checks."""
-    return _receiver_problems(s) + _store_problems(s) + rules_problems(s)
+    return _receiver_problems(s) + stage_problems(s) + _store_problems(s) + rules_problems(s)
 
 
-def semantic_problems(s: Settings, *, probe: bool = False) -> list[str]:
+def semantic_problems(s: Settings) -> list[str]:
     out: list[str] = []
     out += _receiver_problems(s)
-    out += _port_problems(s, probe)
+    out += _port_problems(s)
     out += _startup_refusals(s)
+    out += stage_problems(s)
     out += _store_problems(s)
     out += rules_problems(s)
+    return out
+
+
+def stage_problems(s: Settings) -> list[str]:
+    """Stage names the settings key by (``stall.deadlines_s``) that are not stages: a
+    deadline nobody would ever apply."""
+    out = []
+    for name in s.stall.deadlines_s:
+        if name not in STAGES:
+            near = difflib.get_close_matches(name, STAGES, n=1)
+            hint = f"did you mean {near[0]}? " if near else ""
+            out.append(f"stall.deadlines_s.{name}: not a stage ({hint}one of: {', '.join(STAGES)})")
     return out
 
 
@@ -173,11 +201,30 @@ def _receiver_problems(s: Settings) -> list[str]:
     return out
 
 
-def _port_problems(s: Settings, probe: bool) -> list[str]:
-    out: list[str] = []
+def _listens(s: Settings) -> list[tuple[str, str, int]]:
     listens: list[tuple[str, str, int]] = [("api", s.api.host, s.api.port)]
     if s.sources.forward is not None:
         listens.append(("sources.forward", s.sources.forward.host, s.sources.forward.port))
+    return listens
+
+
+def _brokers(s: Settings) -> tuple[list[tuple[str, int]], list[str]]:
+    """The Kafka brokers as (host, port), and the entries that are not host:port."""
+    brokers: list[tuple[str, int]] = []
+    bad: list[str] = []
+    if s.sources.kafka is not None:
+        for entry in str(s.sources.kafka.bootstrap).split(","):
+            host, _, digits = entry.strip().rpartition(":")
+            if not host or not digits.isdigit() or int(digits) not in PORTS:
+                bad.append(f"sources.kafka.bootstrap: {entry.strip()!r} is not host:port")
+            else:
+                brokers.append((host.strip("[]"), int(digits)))
+    return brokers, bad
+
+
+def _port_problems(s: Settings) -> list[str]:
+    out: list[str] = []
+    listens = _listens(s)
     for where, _host, port in listens:
         if port not in PORTS:
             out.append(f"{where}.port: {port} is not a port clients can reach (1-65535)")
@@ -188,61 +235,16 @@ def _port_problems(s: Settings, probe: bool) -> list[str]:
         and (listens[0][1] == listens[1][1] or "0.0.0.0" in (listens[0][1], listens[1][1]))
     ):
         out.append(f"sources.forward.port: {listens[1][2]} is also api.port")
-    k = s.sources.kafka
-    brokers: list[tuple[str, int]] = []
-    if k is not None:
-        for entry in str(k.bootstrap).split(","):
-            host, _, digits = entry.strip().rpartition(":")
-            if not host or not digits.isdigit() or int(digits) not in PORTS:
-                out.append(f"sources.kafka.bootstrap: {entry.strip()!r} is not host:port")
-            else:
-                brokers.append((host.strip("[]"), int(digits)))
-        if not k.topics:
-            out.append("sources.kafka.topics: no topic to read")
-    if probe and not out:
-        for where, host, port in listens:
-            err = _try_bind(host, port)
-            if err:
-                out.append(f"{where}: cannot listen on {host}:{port}: {err}")
-        for host, port in brokers:
-            err = _try_connect(host, port)
-            if err:
-                out.append(f"sources.kafka.bootstrap: cannot connect to {host}:{port}: {err}")
-        for i, r in enumerate(s.receivers):
-            url = urlsplit(r.url)
-            if url.hostname:
-                port = url.port or (443 if url.scheme == "https" else 80)
-                err = _try_connect(url.hostname, port)
-                if err:
-                    out.append(
-                        f"receivers[{i}] ({r.name}): cannot connect to {url.hostname}:{port}: {err}"
-                    )
+    out += _brokers(s)[1]
+    if s.sources.kafka is not None and not s.sources.kafka.topics:
+        out.append("sources.kafka.topics: no topic to read")
     return out
 
 
-def _try_connect(host: str, port: int, timeout: float = 3.0) -> str | None:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return None
-    except OSError as exc:
-        return exc.strerror or str(exc) or type(exc).__name__
-
-
-def _try_bind(host: str, port: int) -> str | None:
-    try:
-        infos = socket.getaddrinfo(
-            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    family, kind, proto, _, addr = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(addr)
-        except OSError as exc:
-            return exc.strerror or str(exc)
-    return None
+def _probe(s: Settings) -> Probed:
+    """Probe what can be probed, whatever else is wrong (ports no client can reach aside)."""
+    listens = [(w, h, p) for w, h, p in _listens(s) if p in PORTS]
+    return probe_settings(s, listens, _brokers(s)[0])
 
 
 def _startup_refusals(s: Settings) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import re
 import typing
 from collections.abc import Mapping
 from pathlib import Path
@@ -67,26 +68,28 @@ def validation_problems(
 ) -> list[str]:
     """One line per error: where, and what (input values are left out: they may be
     secrets)."""
-    lines = []
-    for err in exc.errors():
-        loc = tuple(
-            p
-            for p in err["loc"]
-            if not (isinstance(p, str) and p.startswith(("function-", "tagged-union")))
+    return [_problem(err, data) for err in exc.errors()]
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(
+        p for p in loc if not (isinstance(p, str) and p.startswith(("function-", "tagged-union")))
+    )
+
+
+def _problem(err: Any, data: Mapping[str, object] | None) -> str:
+    loc = _clean_loc(err["loc"])
+    name = _receiver_name(data, loc)
+    where = _loc(loc)
+    if name:  # receivers[3] (pd).timeout_s
+        where = f"{_loc(loc[:2])} ({name})" + "".join(
+            f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[2:]
         )
-        name = _receiver_name(data, loc)
-        where = _loc(loc)
-        if name:  # receivers[3] (pd).timeout_s
-            where = f"{_loc(loc[:2])} ({name})" + "".join(
-                f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[2:]
-            )
-        if err["type"] == "extra_forbidden":
-            near = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
-            lines.append(f"{where}: unknown key" + (f" (did you mean {near[0]}?)" if near else ""))
-            continue
-        msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{where}: {msg}")
-    return lines
+    if err["type"] == "extra_forbidden":
+        near = difflib.get_close_matches(str(loc[-1]), _known_keys(loc[:-1]), n=1)
+        return f"{where}: unknown key" + (f" (did you mean {near[0]}?)" if near else "")
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{where}: {msg}"
 
 
 def _model_of(annotation: Any) -> type[BaseModel] | None:
@@ -100,40 +103,136 @@ def _model_of(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _known_keys(loc: tuple[Any, ...]) -> list[str]:
-    """The keys the section at ``loc`` takes (for "did you mean")."""
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The settings model of the section at ``loc``, if it is one."""
     model: type[BaseModel] | None = Settings
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
         field = model.model_fields.get(str(part))
         model = _model_of(field.annotation) if field is not None else None
+    return model
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys the section at ``loc`` takes (for "did you mean")."""
+    model = _model_at(loc)
     return list(model.model_fields) if model is not None else []
 
 
-def without_errors(data: dict[str, Any], exc: ValidationError) -> Settings | None:
-    """The settings once every key the schema refused is dropped (its default then), so the
-    other checks run in the same pass; None when that is not enough (a required key)."""
+MAX_PASSES = 8  # schema passes one check makes (each drops what the previous one refused)
+# what stands in for a required receiver setting that is missing or cannot be read, so the
+# receiver's other settings are still checked in the same pass (never probed: .invalid)
+STAND_IN_URL = "https://stand-in.invalid/"
+RECEIVER_STAND_INS = {"url": STAND_IN_URL, "name": "#<index>", "type": "webhook"}
+_INDIRECT_KEY = re.compile(r"\b(\w+)_(?:env|file)\b")
+
+
+def settle(data: dict[str, Any]) -> tuple[list[str], Settings | None]:
+    """Every schema problem of ``data`` and the settings once each is dropped, so the other
+    checks run in the same pass. The schema shows some problems only once others are gone (a
+    section's own check after its fields, a receiver's fields after an unreadable
+    ``url_env``): it is asked again, up to :data:`MAX_PASSES` times, and every pass's problems
+    are kept. ``None`` for the settings when they cannot be made at all."""
+    original = data
     data = copy.deepcopy(data)
-    for _ in range(4):
-        for err in reversed(exc.errors()):  # later list items first: indices stay right
-            loc = [p for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))]
-            parent: Any = data
-            for part in loc[:-1]:
-                try:
-                    parent = parent[part]
-                except (KeyError, IndexError, TypeError):
-                    return None
-            if not loc or err["type"] == "missing" or not isinstance(parent, dict | list):
-                return None
-            try:
-                del parent[loc[-1]]
-            except (KeyError, IndexError, TypeError):
-                return None
+    problems: list[str] = []
+    gone: set[tuple[Any, ...]] = set()  # X of each X_env / X_file dropped: its "missing" is said
+    for _ in range(MAX_PASSES):
         try:
-            return Settings(**data)
-        except ValidationError as again:
-            exc = again
+            return problems, Settings(**data)
+        except ValidationError as exc:
+            for err in exc.errors():
+                if err["type"] == "missing" and _clean_loc(err["loc"]) in gone:
+                    continue
+                line = _problem(err, original)
+                if line not in problems:
+                    problems.append(line)
+            if not _drop_refused(data, exc, gone):
+                return problems, None
+    return problems, None
+
+
+def without_errors(data: dict[str, Any], exc: ValidationError) -> Settings | None:
+    """The settings once every key the schema refused is dropped (see :func:`settle`)."""
+    return settle(data)[1] if exc.errors() else None
+
+
+def _drop_refused(data: dict[str, Any], exc: ValidationError, gone: set[tuple[Any, ...]]) -> bool:
+    """Drop from ``data`` what each error refused (False when an error cannot be dropped);
+    ``gone`` gets the place of each setting whose ``X_env`` / ``X_file`` was dropped."""
+    for err in reversed(exc.errors()):  # later list items first: indices stay right
+        loc = [p for p in err["loc"] if not str(p).startswith(("function-", "tagged-union"))]
+        if not loc:
+            return False
+        parent: Any = data
+        for part in loc[:-1]:
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                return False
+        key = loc[-1]
+        if err["type"] == "missing":
+            if not _stand_in(data, loc):
+                return False
+            continue
+        if not isinstance(parent, dict | list):
+            return False
+        try:
+            target = parent[key]
+        except (KeyError, IndexError, TypeError):
+            return False
+        if isinstance(target, dict) and err["type"] == "value_error":
+            culprit = _culprit(loc, target, str(err["msg"]))
+            if culprit is not None:  # a section's own check: drop the key it names
+                del target[culprit]
+                stem = _INDIRECT_KEY.fullmatch(culprit)
+                if stem:
+                    gone.add((*loc, culprit.rsplit("_", 1)[0]))
+                continue
+        del parent[key]
+    return True
+
+
+def _stand_in(data: dict[str, Any], loc: list[Any]) -> bool:
+    """A missing receiver ``name``, ``type`` or ``url`` stood in for (the rest of that
+    receiver is still checked, and its index still names it); any other missing key drops its
+    list item. False when neither fits."""
+    if len(loc) < 3 or not isinstance(loc[-2], int):
+        return False
+    try:
+        container: Any = data
+        for part in loc[:-2]:
+            container = container[part]
+        item = container[loc[-2]]
+    except (KeyError, IndexError, TypeError):
+        return False
+    if not isinstance(container, list) or not isinstance(item, dict):
+        return False
+    if loc[:-2] == ["receivers"] and loc[-1] in RECEIVER_STAND_INS:
+        stand_in = RECEIVER_STAND_INS[loc[-1]]
+        item[loc[-1]] = f"#{loc[-2]}" if loc[-1] == "name" else stand_in
+    else:
+        del container[loc[-2]]
+    return True
+
+
+def _culprit(loc: list[Any], section: dict[str, Any], msg: str) -> str | None:
+    """The key a section-level refusal is about: the ``X_env`` / ``X_file`` it names, else
+    the one key whose removal makes the section valid."""
+    named = _INDIRECT_KEY.search(msg)
+    if named and named.group(0) in section:
+        return named.group(0)
+    model = _model_at(tuple(loc))
+    if model is None:
+        return None
+    for key in reversed(list(section)):
+        trial = {k: v for k, v in section.items() if k != key}
+        try:
+            model.model_validate(trial)
+        except ValidationError:
+            continue
+        return key
     return None
 
 

@@ -10,18 +10,25 @@ Kinds (the door picks one from ``Content-Type``, or leaves it to :func:`sniff`):
   skipped to the next line, the rest kept.
 * ``text``: one raw/CRI/Docker line per line.
 
-The Fluent tag is the stream-key fallback (a kubelet-path tag names namespace, pod and
-container). A body refused whole raises :class:`~service.ingest.bounds.Refused`.
+A record's line that is binary junk (:mod:`service.ingest.junk`) is dropped and counted.
+
+The stream key: ``namespace/pod/container`` from a record's Kubernetes metadata, else its
+container id, else the Fluent tag (a kubelet-path tag names namespace, pod and container);
+without a tag, what the record names itself (:func:`body_identity`), else the caller's
+``default`` (the door: the client's address). A body refused whole raises :class:`~service.ingest.bounds.Refused`.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from service.ingest.bounds import RecordCap, Refused, check_containers, refuse
 from service.ingest.envelope import decode_record, decode_text
 from service.ingest.fluent_record import has_line, record_meta, stream_key
+from service.ingest.junk import junk_text
 from service.ingest.msgpack_events import TooComplex, split_event, unpack_all
 from service.ingest.salvage import clean_text, decode_bytes
 from service.ratelog import brief, reject
@@ -46,13 +53,34 @@ def sniff(body: bytes | bytearray) -> str | None:
     return None if body.strip(b" \t\r\n") else "json"
 
 
+IDENTITY_FIELDS = ("container_name", "container_id", "hostname", "host")
+
+
+def body_identity(record: Mapping[str, Any]) -> str | None:
+    """The sender an untagged record names itself, for its stream key when it carries no
+    Kubernetes metadata: Docker's fluentd driver's ``container_name`` / ``container_id``, a
+    syslog-style ``hostname`` / ``host``."""
+    for key in IDENTITY_FIELDS:
+        value = record.get(key)
+        if type(value) is str and value.strip("/ "):
+            return value.strip("/ ")
+    return None
+
+
 def text_records(
-    text: str, tag: str | None, source: str, max_records: int, max_line: int
+    text: str,
+    tag: str | None,
+    source: str,
+    max_records: int,
+    max_line: int,
+    default: str | None = None,
 ) -> list[LogRecord]:
-    """The records of a ``text/plain`` body, each with what the tag names."""
+    """The records of a ``text/plain`` body, each with what the tag names (``default``: the
+    stream key without a tag, else ``source``)."""
     meta = record_meta({}, tag, None)  # a kubelet-path tag names namespace, pod, container
     RecordCap(max_records, source).lines(text)
-    records = decode_text(text, stream_key(meta, source), source=source, max_line=max_line)
+    key = stream_key(meta, default or source)
+    records = decode_text(text, key, source=source, max_line=max_line)
     for rec in records:
         fill_meta(rec.meta, meta)
     return records
@@ -65,9 +93,11 @@ def structured_records(
     source: str,
     max_records: int,
     max_line: int,
+    default: str | None = None,
 ) -> tuple[list[LogRecord], int]:
-    """``(records, rejected units)`` of a ``msgpack`` or ``json`` body."""
-    stream = tag or source
+    """``(records, rejected units)`` of a ``msgpack`` or ``json`` body (``default``: the
+    stream key of a record that names no sender, without a tag; else ``source``)."""
+    stream = tag or default or source
     cap = RecordCap(max_records, source)
     if kind == "msgpack":
         return _msgpack(body, tag, stream, source, max_line, cap)
@@ -161,11 +191,11 @@ def _json(
 def _event(
     obj: object, tag: str | None, stream: str, source: str, max_line: int, out: list[LogRecord]
 ) -> int:
-    """Append the records of one event; return 1 if it was rejected, else 0."""
+    """Append the records of one event; return how many of its units were rejected (the
+    event, or its junk lines: :mod:`service.ingest.junk`)."""
     if type(obj) is str:  # a bare line
         text = obj if obj.isascii() else clean_text(obj, source)
-        out.extend(decode_text(text, stream, source=source, max_line=max_line))
-        return 0
+        return _keep(decode_text(text, stream, source=source, max_line=max_line), source, out)
     event = split_event(obj)
     if event is None:
         reject(source, "bad_record", brief(obj))
@@ -176,7 +206,22 @@ def _event(
     if not has_line(record):
         reject(source, "no_log_field", brief(record))
         return 1
-    out.extend(
-        decode_record(record, tag=tag, time=t, stream=stream, source=source, max_line=max_line)
+    if tag is None:
+        stream = body_identity(record) or stream
+    records = decode_record(
+        record, tag=tag, time=t, stream=stream, source=source, max_line=max_line
     )
-    return 0
+    return _keep(records, source, out)
+
+
+def _keep(records: list[LogRecord], source: str, out: list[LogRecord]) -> int:
+    """Append ``records`` but their binary junk (the rule of a text line, counted); return
+    how many were dropped."""
+    dropped = 0
+    for rec in records:
+        if junk_text(rec.text):
+            reject(source, "binary", rec.text[:80])
+            dropped += 1
+        else:
+            out.append(rec)
+    return dropped

@@ -26,6 +26,12 @@ Resender = Callable[
 RESENDERS: dict[str, Resender] = {"alertmanager": alertmanager.resend}
 
 
+def post(http: httpx.Client, req: HttpRequest, timeout_s: float) -> httpx.Response:
+    """Post one rendered request as every notification is posted (redirects: the client's
+    setting, never followed)."""
+    return http.post(req.url, content=req.body, headers=req.headers, timeout=timeout_s)
+
+
 def builder(cfg: ReceiverSettings) -> Builder:
     try:
         return BUILDERS[cfg.type]

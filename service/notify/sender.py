@@ -43,7 +43,7 @@ from service.notify.fleet_hold import FleetHold
 from service.notify.ledger import Ledger, Outcome
 from service.notify.outbox import NOTE_NEVER_SENT, backoff, message_kind
 from service.notify.ratelimit import TokenBucket
-from service.notify.receivers import builder, resender
+from service.notify.receivers import builder, post, resender
 from service.notify.silences import SilenceCache
 from service.store import Claim, Store
 
@@ -211,9 +211,7 @@ class Sender:
         retry_after = 0.0
         ambiguous = False
         try:
-            resp = self.http.post(
-                req.url, content=req.body, headers=req.headers, timeout=r.timeout_s
-            )
+            resp = post(self.http, req, r.timeout_s)
             error = (
                 None
                 if 200 <= resp.status_code < 300

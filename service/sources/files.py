@@ -5,7 +5,8 @@ line is never held beyond ``max_line`` bytes: longer ones are cut there (``overs
 rest of the line is skipped. Bad bytes never stop the read: a line with invalid UTF-8 is kept
 with U+FFFD (``invalid_utf8``, once per line); NUL bytes (crash padding) are removed
 (``nul_bytes``); a line that is at least a third control bytes or undecodable bytes is binary
-junk and dropped (``binary``). Gzip is detected by its magic bytes, not the file name.
+junk and dropped (``binary``): the rule of :mod:`service.ingest.junk`, whose
+:func:`~service.ingest.junk.binary_input` says when a whole input is refused. Gzip is detected by its magic bytes, not the file name.
 A JSON document printed over many lines (``kubectl get events -o json``) is read whole
 (:mod:`service.ingest.documents`).
 
@@ -27,12 +28,12 @@ from service import metrics, ratelog
 from service.ingest.documents import read_document
 from service.ingest.envelope import MAX_LINE, Format, decode_line
 from service.ingest.joiner import Joiner
+from service.ingest.junk import salvage
 from service.ingest.runtime_paths import path_meta
 from service.records import LogRecord, Position
 
 _BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
-_CONTROL = bytes(b for b in range(32) if b not in (9, 10, 13, 27)) + b"\x7f"
 _COUNT_EVERY = 4096
 
 
@@ -101,14 +102,14 @@ def read_file(
             for raw in block:
                 lineno += 1
                 if b"\x00" in raw:
-                    text = _salvage(raw, source)
+                    text = salvage(raw, source)
                     if text is None:
                         continue
                 else:
                     try:
                         text = raw.decode("utf-8")
                     except UnicodeDecodeError:
-                        text = _salvage(raw, source)
+                        text = salvage(raw, source)
                         if text is None:
                             continue
                 # positional on purpose: keyword passing costs ~20% of this loop
@@ -191,36 +192,12 @@ def _cut(data: bytes, limit: int) -> bytes:
     return data[:i]
 
 
-def _salvage(raw: bytes, source: str) -> str | None:
-    """Text of a line with NUL bytes or invalid UTF-8; ``None`` for binary junk (counted)."""
-    if b"\x00" in raw:
-        ratelog.reject(source, "nul_bytes", repr(raw[:80]))
-        raw = raw.replace(b"\x00", b"")
-        if not raw or _junk(raw, 0):
-            ratelog.reject(source, "binary", repr(raw[:80]))
-            return None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        text = raw.decode("utf-8", "replace")
-        if _junk(raw, text.count("\ufffd")):
-            ratelog.reject(source, "binary", repr(raw[:80]))
-            return None
-        ratelog.reject(source, "invalid_utf8", repr(raw[:200]))
-        return text
-
-
-def _junk(raw: bytes, undecodable: int) -> bool:
-    control = len(raw) - len(raw.translate(None, _CONTROL))
-    return (control + undecodable) * 3 > len(raw)
-
-
 def salvage_line(raw: bytes, source: str = "file") -> str | None:
     """One physical line as text, the way :func:`read_file` decodes it (NUL bytes and invalid
     UTF-8 salvaged and counted; None when nothing is left)."""
     if b"\x00" in raw:
-        return _salvage(raw, source)
+        return salvage(raw, source)
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
-        return _salvage(raw, source)
+        return salvage(raw, source)

@@ -61,6 +61,14 @@ class PeopleStore(StoreBase):
                 return None
         return self.get_incident(id)
 
+    def record_action(
+        self, by: Who, action: str, target_kind: str, target_id: str, detail: JsonObject
+    ) -> None:
+        """Append an audit row for a write that changes nothing stored (a test notification
+        sent to a receiver)."""
+        with self._write() as conn:
+            people.record(conn, by, action, target_kind, target_id, self.clock(), detail)
+
     def audit(
         self,
         *,

@@ -21,10 +21,19 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from service.ui import actions, incidents, oncall, paste, signin, silences, streams
+from service.ui import (
+    actions,
+    incidents,
+    oncall,
+    paste,
+    receivers,
+    signin,
+    silences,
+    streams,
+)
 
 # the page modules, in the order their routes are matched
-PAGES = (incidents, actions, oncall, streams, silences, paste, signin)
+PAGES = (incidents, actions, oncall, streams, silences, receivers, paste, signin)
 STATIC = Path(__file__).resolve().parent / "static"
 DOCS_CSP = (
     "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "

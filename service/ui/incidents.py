@@ -198,6 +198,7 @@ def incident_page(request: Request, incident_id: str) -> Response:
     fleet_id = inc.get("fleet_id")
     fleet = db.get_incident(fleet_id) if fleet_id else None
     hold_s = get_ctx(request).settings.fleet.hold_s
+    run = present.failing_run(extra)  # a crash loop: the ladder is its latest failed start
     held_until = present.held_until(inc.get("deliveries") or [], time.time()) if hold_s else None
     return render(
         request,
@@ -208,8 +209,13 @@ def incident_page(request: Request, incident_id: str) -> Response:
         extra=extra,
         playbook=extra.get("playbook") or {},
         ladder=present.ladder(
-            {"stage": inc["stage"], "status": inc["status"], "timeline": inc["stages"]}
+            {
+                "stage": inc["stage"],
+                "status": inc["status"],
+                "timeline": present.one_run(inc["stages"], run),
+            }
         ),
+        run=run,
         stage_index=STAGE_INDEX,
         facts=present.facts_rows(inc.get("facts") or {}, inc.get("meta")),
         changed=extra.get("changed_since_last_good") or {},

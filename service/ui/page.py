@@ -24,6 +24,12 @@ from service.store import Store
 from service.ui import auth, present
 
 HERE = Path(__file__).resolve().parent
+
+
+def _nothing_for_none(value: object) -> object:
+    return "" if value is None else value
+
+
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters.update(
     ts=present.fmt_time,
@@ -32,6 +38,9 @@ templates.env.filters.update(
     rungtext=present.ladder_state_text,
     bare=present.bare,
 )
+# a value the page does not have prints nothing, never a literal "None" (templates say what
+# is missing in words where it matters)
+templates.env.finalize = _nothing_for_none
 
 POLL_S = 10
 NOTICES = {

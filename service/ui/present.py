@@ -181,6 +181,39 @@ class Placed(TypedDict):
     timeline: dict[str, float]
 
 
+class FailingRun(TypedDict):
+    """The run a crash loop's ladder shows: its latest failed start (``attempt``, counted
+    from 1), when it started and failed (epoch, or None when not known)."""
+
+    attempt: int
+    started: float | None
+    failed: float | None
+
+
+def failing_run(extra: Mapping[str, Any]) -> FailingRun | None:
+    """The latest failed start of an incident that failed more than once (its
+    ``extra.attempts``), else None (one run: the incident's own times are that run's)."""
+    attempts = extra.get("attempts") or []
+    if len(attempts) < 2:
+        return None
+    last = attempts[-1]
+    started, failed = last.get("started"), last.get("failed")
+    return {
+        "attempt": int(last.get("attempt") or len(attempts)),
+        "started": float(started) if is_epoch(started) else None,
+        "failed": float(failed) if is_epoch(failed) else None,
+    }
+
+
+def one_run(timeline: Mapping[str, float], run: FailingRun | None) -> dict[str, float]:
+    """The timeline with only ``run``'s stage times: a time before it started (an earlier
+    attempt's) is left out, so a ladder never mixes attempts."""
+    if run is None or run["started"] is None:
+        return dict(timeline)
+    start = run["started"]
+    return {s: t for s, t in timeline.items() if not is_epoch(t) or float(t) >= start}
+
+
 def ladder(inc: Placed) -> list[Rung]:
     """The startup ladder of one incident: every stage in order with when it was reached and
     its state: ``passed`` (the run went beyond it), ``failed`` (the incident's stage),

@@ -1,7 +1,10 @@
 """``POST /classify``: classify a pasted log; nothing is stored, nobody is paged.
 
 Body: the log as ``text/plain`` (raw, Docker json-file or CRI lines; gzip allowed), or JSON
-``{"log": "...", "format": "auto", "stream": "name"}``. The answer holds the same per-stream
+``{"log": "...", "format": "auto", "stream": "name"}``. Junk lines (binary, mostly invalid
+UTF-8, NUL-heavy) are dropped and counted as the CLI drops them; a body that is nothing but
+binary (an executable, random bytes) is refused (400) with one line saying so
+(:mod:`service.ingest.junk`). The answer holds the same per-stream
 reports as ``vllm-sentinel classify --json`` (a fresh classifier per request, built on the
 service's shared rule book and text model, so one paste never sees another's state).
 """
@@ -24,6 +27,7 @@ from service.classify.novelty import NoveltyDetector
 from service.context import ServiceContext
 from service.incidents.incident_json import IncidentSummary
 from service.ingest.compression import GZIP_MAGIC, gunzip
+from service.ingest.junk import binary_input
 from service.offline.report import StreamReport, classify_records
 from service.sources.files import read_file
 
@@ -81,7 +85,10 @@ def primary_of(reports: list[StreamReport]) -> IncidentSummary | None:
     response_model=ClassifyResponse,
     dependencies=[ReadAuth],
     openapi_extra=_OPENAPI_BODY,
-    responses={413: {"description": "log too large"}},
+    responses={
+        400: {"description": "an empty log, or nothing but binary (an executable)"},
+        413: {"description": "log too large"},
+    },
     summary="Classify a pasted log (nothing is stored)",
 )
 async def classify(
@@ -112,6 +119,9 @@ async def classify(
         body, fmt, stream = req.log.encode("utf-8", "surrogatepass"), req.format, req.stream
     if not body.strip():
         raise HTTPException(status_code=400, detail="empty log")
+    why = binary_input((body,))
+    if why is not None:  # one rule with the CLI and the paste page (service.ingest.junk)
+        raise HTTPException(status_code=400, detail=f"the body {why}")
     reports = await anyio.to_thread.run_sync(
         classify_bytes, ctx, body, fmt, stream, limiter=limiter()
     )

@@ -3,7 +3,10 @@
 Bodies: Fluent Bit ``format msgpack`` (its default), ``json`` (one array), ``json_lines`` /
 Fluentd NDJSON, ``json_stream``, ``text/plain`` lines; ``Content-Encoding: gzip``. The tag
 (stream-key fallback and Kubernetes metadata from a kubelet path) comes from the
-``X-Fluent-Tag`` header (Fluent Bit ``header_tag X-Fluent-Tag``) or ``?tag=``.
+``X-Fluent-Tag`` header (Fluent Bit ``header_tag X-Fluent-Tag``) or ``?tag=``. Without one,
+a record is keyed by what it carries (Kubernetes metadata, a container or host name), else
+by the client's address, and the answer's ``warning`` names the tag (see
+:mod:`service.api.untagged`).
 
 HTTP only: the body is decoded, joined and stored by the source's
 :class:`~service.sources.http.endpoint.HttpEndpoint` (decoding:
@@ -27,9 +30,10 @@ from fastapi.responses import JSONResponse
 
 from service.api.body import RETRY_AFTER, Headers, endpoint_of, ingest_route, receive, too_large
 from service.api.schemas import IngestResult
+from service.api.untagged import Untagged
 from service.ingest.bounds import MAX_RECORDS
 from service.sources.http.body import TAG_HEADER, BodyRefused, check_media, check_tag, decode_body
-from service.sources.http.endpoint import HttpEndpoint
+from service.sources.http.endpoint import Decoder, HttpEndpoint
 
 router = APIRouter(tags=["ingest"])
 SOURCE = "http"
@@ -90,14 +94,18 @@ async def ingest(
         check_media(headers.content_type, SOURCE)
     except BodyRefused as exc:
         raise _refused(exc, endpoint.max_decompressed) from None
-    decode = functools.partial(
+    untagged = None if (x_fluent_tag or tag) else Untagged(request)
+    decode: Decoder = functools.partial(
         decode_body,
         content_type=headers.content_type,
         content_encoding=headers.content_encoding,
         tag=x_fluent_tag or tag,
         max_records=MAX_RECORDS,
         source=SOURCE,
+        default=untagged.key if untagged else None,
     )
+    if untagged is not None:
+        decode = untagged.watching(decode)
     received = await receive(request, endpoint, decode, headers)
     if isinstance(received, BodyRefused):
         raise _refused(received, endpoint.max_decompressed)
@@ -112,13 +120,17 @@ async def ingest(
                 },
             )
         return Response(status_code=204)
-    result = IngestResult(accepted=received.accepted, rejected=received.rejected)
-    return JSONResponse(result.model_dump())
+    result = IngestResult(
+        accepted=received.accepted,
+        rejected=received.rejected,
+        warning=untagged.warning() if untagged else None,
+    )
+    return JSONResponse(result.model_dump(exclude_none=True))
 
 
 def _refused(exc: BodyRefused, max_decompressed: int) -> HTTPException:
     """The HTTP answer to a body refused as a whole (already counted and logged)."""
-    if exc.reason == "bad_gzip":
+    if exc.reason in ("bad_gzip", "binary"):
         return HTTPException(
             status_code=400, detail={"message": exc.message, "accepted": 0, "rejected": 1}
         )

@@ -66,7 +66,7 @@ def add_note(incident_id: str, body: NoteRequest, store: StoreDep, actor: Writer
 )
 def audit(
     store: StoreDep,
-    target_kind: Literal["incident", "silence"] | None = None,
+    target_kind: Literal["incident", "silence", "receiver"] | None = None,
     target_id: str | None = None,
     actor: str | None = None,
     before_id: Annotated[int | None, Query(description="page back: the last id seen")] = None,

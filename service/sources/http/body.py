@@ -8,14 +8,18 @@ Bodies understood (``Content-Type`` decides, sniffed when absent or generic):
   (NDJSON, ``application/x-ndjson``) and ``json_stream`` (concatenated objects, also sent as
   ``application/json``); each record carries its time under ``json_date_key`` (``date``).
 * Fluentd ``out_http``: NDJSON (``json_array false``, the default) or a JSON array.
-* ``text/plain``: one raw/CRI/Docker line per line.
+* ``text/plain``: one raw/CRI/Docker line per line; a junk line (binary, mostly invalid
+  UTF-8, NUL-heavy: the rule of :mod:`service.ingest.junk`) is dropped and counted as a
+  rejected unit.
 * ``Content-Encoding: gzip`` (Fluent Bit ``compress gzip``), inflated piece by piece under a
   per-body limit and the process-wide budget of :mod:`service.ingest.budget`.
 
 Without a ``Content-Type`` the body is sniffed: JSON (``{``/``[``) and msgpack (a map or an
 array header) are decoded, anything else, or a sniffed body with nothing decodable in it, is
 refused (415), as is any other media type (``application/octet-stream``, ``image/png``,
-forms ...): junk is never taken for text lines.
+forms ...): junk is never taken for text lines. A body that is nothing but binary (an
+executable, random bytes: :func:`service.ingest.junk.binary_input`) sent as text is
+refused (400, ``binary``).
 A body may expand to at most :data:`~service.ingest.bounds.MAX_RECORDS` records, and a tag
 is at most :data:`~service.ingest.bounds.MAX_TAG` characters. :func:`decode_body` raises
 :class:`~.decoding.BodyRefused` (with the HTTP status that fits) for a body refused as a
@@ -37,7 +41,7 @@ from service.ingest.bounds import MAX_RECORDS, MAX_TAG, refuse
 from service.ingest.budget import Lease
 from service.ingest.collector_body import sniff, structured_records, text_records
 from service.ingest.envelope import MAX_LINE
-from service.ingest.salvage import decode_bytes
+from service.ingest.junk import binary_input, text_lines
 from service.ratelog import clip
 from service.sources.http.decoding import (
     MAX_DECOMPRESSED_BYTES,
@@ -120,15 +124,17 @@ def decode_body(
     max_records: int = MAX_RECORDS,
     max_line: int = MAX_LINE,
     source: str = "http",
+    default: str | None = None,
 ) -> Decoded:
     """``(records, rejected)`` of one body; raises :class:`BodyRefused` when the whole body
     is refused. ``rejected`` counts dropped units (entries, JSON lines). ``lease`` (else one
     of ``max_decompressed_bytes`` over the global budget, released on return) is charged
-    with the inflated bytes as they are produced. ``tag`` is the stream-key fallback."""
+    with the inflated bytes as they are produced. ``tag`` is the stream-key fallback;
+    without one, a record's own sender fields, else ``default`` (else ``source``)."""
     check_tag(tag, source)
     kind = check_media(content_type, source)
     decode = functools.partial(
-        _decode, body, kind, content_encoding, tag, max_records, max_line, source
+        _decode, body, kind, content_encoding, tag, max_records, max_line, source, default
     )
     del body  # only the decoder holds it now
     return decode_leased(source, lease, max_decompressed_bytes, decode)
@@ -142,15 +148,19 @@ def _decode(
     max_records: int,
     max_line: int,
     source: str,
+    default: str | None,
     lease: Lease,
 ) -> Decoded:
     body = content(body, content_encoding, lease, source)
     if kind == "text":
-        text = decode_bytes(body, source)
+        why = binary_input((body,))
+        if why is not None:  # an executable or random bytes: never lines of a log
+            raise refuse(source, "binary", f"the body {why}", body[:80])
+        text, junk_lines = text_lines(body, source)
         del body
-        return text_records(text, tag, source, max_records, max_line), 0
+        return text_records(text, tag, source, max_records, max_line, default), junk_lines
     if kind:
-        return structured_records(body, kind, tag, source, max_records, max_line)
+        return structured_records(body, kind, tag, source, max_records, max_line, default)
     kind = sniff(body) or ""
     if not kind:
         raise refuse(
@@ -159,7 +169,7 @@ def _decode(
             f"no Content-Type and not JSON or msgpack (send one of {ACCEPTED_TYPES})",
             body[:80],
         )
-    records, rejected = structured_records(body, kind, tag, source, max_records, max_line)
+    records, rejected = structured_records(body, kind, tag, source, max_records, max_line, default)
     if rejected and not records:  # it only looked like JSON or msgpack: junk
         raise refuse(
             source,

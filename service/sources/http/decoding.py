@@ -23,6 +23,7 @@ STATUS = {
     "bad_gzip": 400,
     "bad_json": 400,
     "bad_protobuf": 400,
+    "binary": 400,  # an executable or random bytes (service.ingest.junk)
     "too_large": 413,  # as sent
     "decompressed_too_large": 413,
     "too_many_records": 413,
