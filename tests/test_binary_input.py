@@ -151,10 +151,22 @@ def test_a_binary_file_is_refused_with_one_line_everywhere(
 
 
 def test_a_log_that_ends_before_any_stage_never_shows_none(client: TestClient) -> None:
+    # no start-up line: nothing says where it stopped (another program's log reads the same)
     status, html = paste(client, "short.log", b"INFO starting the server\nINFO still here\n")
     assert status == 200
     text = shown(html)
-    assert "mid-startup before any stage was reached" in text and "None" not in text
+    assert "mid-startup" not in text and "None" not in text
+
+
+def test_a_log_that_ends_mid_startup_names_the_stage(client: TestClient) -> None:
+    log = (
+        b"INFO 05-06 10:00:00 [api_server.py:1043] vLLM API server version 0.8.5\n"
+        b"INFO 05-06 10:00:09 [loader.py:458] Loading weights took 3.10 seconds\n"
+    )
+    status, html = paste(client, "cut.log", log)
+    assert status == 200
+    text = shown(html)
+    assert "The log ends mid-startup in model_load" in text and "None" not in text
 
 
 # ---- a log over the paste page's limit ----------------------------------------------------
