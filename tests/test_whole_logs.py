@@ -59,6 +59,12 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "jethac-dgx-spark-hijinks-claude-row1pp-fp8-server-log-a77ccdc": (
         "vLLM WARNING traceback 'Module vllm.third_party.deep_gemm was found but failed to import' (an optional kernel probe); the server starts and serves (class: optional import probe WARNING read as backend_kernel)"
     ),
+    "b664577-docavatar-start-dev-log-82a263c": (
+        "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
+    ),
+    "lbnqq-ai-test-ollama-serve-log-3332757": (
+        "ollama served /api/chat all week ([GIN] 200 lines); its request lines never move the stage past kv_cache_init, so the end of the file reads 'stalled in kv_cache_init for 10525 min' (class: ollama request lines not counted as serving, stall judgement on a serving log)"
+    ),
 }
 
 # failed logs that page nobody today: id -> why
