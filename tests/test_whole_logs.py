@@ -65,10 +65,17 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "lbnqq-ai-test-ollama-serve-log-3332757": (
         "ollama served /api/chat all week ([GIN] 200 lines); its request lines never move the stage past kv_cache_init, so the end of the file reads 'stalled in kv_cache_init for 10525 min' (class: ollama request lines not counted as serving, stall judgement on a serving log)"
     ),
+    "atreydesai-augmented-mcqa-smoke-nanbeige-nanbeige4-1-3b-opus-choices-o-1a8f712": (
+        "SLURM's 'error: *** JOB ... CANCELLED AT ... DUE to SIGNAL Terminated ***' after a user's scancel of a vLLM offline job (class: scheduler cancellation read as host_memory)"
+    ),
 }
 
 # failed logs that page nobody today: id -> why
-KNOWN_MISSED: dict[str, str] = {}
+KNOWN_MISSED: dict[str, str] = {
+    "cdale11-eidolon-llama-server-log-ddbab1d": (
+        "llama-server 'couldn't bind HTTP server socket ... port: 8080' / 'exiting due to HTTP server error' (class: llama.cpp port-bind failure wording unknown)"
+    ),
+}
 
 
 @cache
