@@ -68,12 +68,18 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "atreydesai-augmented-mcqa-smoke-nanbeige-nanbeige4-1-3b-opus-choices-o-1a8f712": (
         "SLURM's 'error: *** JOB ... CANCELLED AT ... DUE to SIGNAL Terminated ***' after a user's scancel of a vLLM offline job (class: scheduler cancellation read as host_memory)"
     ),
+    "xbill9-gemma4-tips-aws-last-logs-temp-txt-bd119c0": (
+        "vLLM with the vllm-neuron plugin on AWS Inferentia/Trainium warns 'Failed to import from vllm._C ... libcuda.so.1: cannot open shared object file' (no CUDA there by design) (class: CUDA-library warning on a non-CUDA platform read as gpu_not_visible)"
+    ),
 }
 
 # failed logs that page nobody today: id -> why
 KNOWN_MISSED: dict[str, str] = {
     "cdale11-eidolon-llama-server-log-ddbab1d": (
         "llama-server 'couldn't bind HTTP server socket ... port: 8080' / 'exiting due to HTTP server error' (class: llama.cpp port-bind failure wording unknown)"
+    ),
+    "shainakumar-cs6501workshop-ollama-server-log-308da73": (
+        "ollama runner dies on the first request: 'llama-sampling.cpp:660: ... Assertion found failed', 'SIGABRT: abort', a Go goroutine dump, 'post predict ... EOF', HTTP 500 (class: C++ assertion / Go SIGABRT crash of a runner not recognised)"
     ),
 }
 
