@@ -81,6 +81,9 @@ KNOWN_MISSED: dict[str, str] = {
     "shainakumar-cs6501workshop-ollama-server-log-308da73": (
         "ollama runner dies on the first request: 'llama-sampling.cpp:660: ... Assertion found failed', 'SIGABRT: abort', a Go goroutine dump, 'post predict ... EOF', HTTP 500 (class: C++ assertion / Go SIGABRT crash of a runner not recognised)"
     ),
+    "qyj-0422-graphrag-ollama-log-7b5cc44": (
+        "a one-line log 'Error: unknown flag: --port' from ollama's CLI (class: a Go CLI's argument error, alone in the file, not recognised)"
+    ),
 }
 
 
