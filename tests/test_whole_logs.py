@@ -84,6 +84,9 @@ KNOWN_MISSED: dict[str, str] = {
     "qyj-0422-graphrag-ollama-log-7b5cc44": (
         "a one-line log 'Error: unknown flag: --port' from ollama's CLI (class: a Go CLI's argument error, alone in the file, not recognised)"
     ),
+    "intellistream-sage-vllm-log-d8ac0e2": (
+        "the launch script's shell reports 'line 193: 124064 Killed  vllm serve ...' after an hour of serving (class: a shell's job-control 'Killed' line for the engine's process not recognised)"
+    ),
 }
 
 
