@@ -91,3 +91,19 @@ def test_the_training_loader_reads_whole_log_lines_grouped_by_log(tiny_data: Pat
         next(e.category for e in real if e.category != "healthy"),
     }
     assert all(e.family.startswith("thread:whole:") for e in real)
+
+
+def test_the_readme_counts_are_the_index_counts() -> None:
+    readme = (WHOLE / "README.md").read_text(encoding="utf-8")
+    outcomes = Counter(r["outcome"] for r in LOGS)
+    assert f"| logs | {len(LOGS)} |" in readme
+    assert f"| healthy / failed | {outcomes['healthy']} / {outcomes['failed']} (" in readme
+    labels = Counter(
+        f"`{r['label']['category']}`/`{r['label']['stage']}`" for r in LOGS if "label" in r
+    )
+    line = next(x for x in readme.splitlines() if x.startswith("Failed logs by label: "))
+    listed = dict(
+        item.rsplit(" ", 1)
+        for item in line.removeprefix("Failed logs by label: ").rstrip(".").split(", ")
+    )
+    assert {k: int(v) for k, v in listed.items()} == dict(labels)
