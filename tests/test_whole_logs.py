@@ -22,11 +22,7 @@ from tests.whole_logs_support import ROOT, WholeLog, whole_logs
 LOGS = whole_logs()
 
 # healthy logs that page today: id -> why (a class of false alarm the classifier must learn)
-KNOWN_FALSE_ALARMS: dict[str, str] = {
-    "zhiyuanhubj-logic-rl-formula-log-log-1f0964e": (
-        "'No module named vllm._version' import warning in a verl job that goes on to train (class: benign import warning read as library_mismatch)"
-    ),
-}
+KNOWN_FALSE_ALARMS: dict[str, str] = {}
 
 # failed logs that page nobody today: id -> why
 KNOWN_MISSED: dict[str, str] = {}
