@@ -7,7 +7,9 @@ with them, the recovered-from failure ranked as the cause. Lines are real public
 llama.cpp's KV-slot retry and its final failure (ggml-org/llama.cpp#14097, ggml-org/llama.cpp#4185,
 ikawrakow/ik_llama.cpp#1619), ggml's allocator failing while weights load
 (ggml-org/llama.cpp#20431), vLLM's optional-import probe logged at WARNING with its traceback
-(vllm ``utils/import_utils.py`` ``_has_module``)."""
+(vllm ``utils/import_utils.py`` ``_has_module``), SGLang going on without a model's
+``generation_config.json`` (SGLang ``srt/utils/hf_transformers_utils.py``
+``get_generation_config``, as its CI logs print it for BAAI/bge-reranker-v2-m3)."""
 
 from __future__ import annotations
 
@@ -78,6 +80,15 @@ VLLM_DIES = [
     "(EngineCore_DP0 pid=412) ERROR 09-02 11:05:41 [core.py:708] RuntimeError: CUDA error: "
     "no kernel image is available for execution on the device",
 ]
+SGLANG = [
+    "[2026-05-04 04:04:17] Failed to load generation config for BAAI/bge-reranker-v2-m3: "
+    "BAAI/bge-reranker-v2-m3 does not appear to have a file named generation_config.json. "
+    "Checkout 'https://huggingface.co/BAAI/bge-reranker-v2-m3/tree/main' for available files.. "
+    "Proceeding without generation config.",
+    "[2026-05-04 04:04:21] Load weight begin. avail mem=78.50 GB",
+    "[2026-05-04 04:04:40] INFO:     Application startup complete.",
+    "[2026-05-04 04:04:41] The server is fired up and ready to roll!",
+]
 
 
 def report(lines: list[str]) -> StreamReport:
@@ -138,3 +149,9 @@ def test_a_probe_traceback_logged_at_warning_in_a_start_up_that_goes_on_never_pa
 def test_the_same_probe_before_a_death_pages_with_the_death_as_the_cause() -> None:
     (inc,) = report(PROBE + VLLM_DIES)["incidents"]
     assert inc["category"] == "arch_unsupported"
+
+
+def test_an_engine_going_on_without_an_optional_file_never_pages() -> None:
+    rep = report(SGLANG)
+    assert rep["incidents"] == []
+    assert [w["category"] for w in rep["warnings"]] == ["model_unavailable"]
