@@ -81,7 +81,10 @@ def yields(f: Finding, line: L.Line, sig: Signature | None, recovering: bool = F
     model; a library's WARN / INFO that a signature knows competes as before (an NCCL WARN
     naming the transport that failed explains the generic "NCCL error" raised after it), and
     so does a known failure its program tried to recover from (the allocation that failed
-    explains the failure its caller then reports)."""
+    explains the failure its caller then reports); a signature that says ``fatal: false`` (a
+    known fallback or probe) always yields."""
+    if sig is not None and sig.fatal is False:  # a known fallback or probe
+        return True
     if sig is not None and recovering:
         return False
     return sig is None or line.level not in NOTICE_LEVELS
