@@ -23,42 +23,6 @@ LOGS = whole_logs()
 
 # healthy logs that page today: id -> why (a class of false alarm the classifier must learn)
 KNOWN_FALSE_ALARMS: dict[str, str] = {
-    "ghghang2-my-repo-llama-server-log-364dc9e": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "ghghang2-my-repo-llama-server-log-52a69e4": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "ghghang2-my-repo-llama-server-log-64c7299": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "ghghang2-my-repo-llama-server-log-7aaa9bc": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "ghghang2-my-repo-llama-server-log-b76a9c5": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "ghghang2-my-repo-llama-server-log-d4871d7": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "ghghang2-my-repo-llama-server-log-ee7935b": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "ghghang2-v1-5-llama-server-log-de21b0e": (
-        "llama.cpp mmproj warm-up 'cudaMalloc failed: out of memory', retried without flash attention; the server then serves (class: recovered allocation retry read as OOM)"
-    ),
-    "ghghang2-v1-5-llama-server-log-e3d8a94": (
-        "llama.cpp mmproj warm-up 'cudaMalloc failed: out of memory', retried without flash attention; the server then serves (class: recovered allocation retry read as OOM)"
-    ),
-    "on1659-radarcustomllm-game-llama-server-log-19c0d0e": (
-        "llama.cpp 'failed to find free space in the KV cache, retrying with smaller batch size': the server retries and keeps serving (class: llama.cpp KV-slot retry read as oom_runtime)"
-    ),
-    "zhiyuanhubj-logic-rl-formula-log-log-1f0964e": (
-        "'No module named vllm._version' import warning in a verl job that goes on to train (class: benign import warning read as library_mismatch)"
-    ),
-    "jethac-dgx-spark-hijinks-claude-row1pp-fp8-server-log-a77ccdc": (
-        "vLLM WARNING traceback 'Module vllm.third_party.deep_gemm was found but failed to import' (an optional kernel probe); the server starts and serves (class: optional import probe WARNING read as backend_kernel)"
-    ),
     "b664577-docavatar-start-dev-log-82a263c": (
         "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
     ),

@@ -12,6 +12,7 @@ incident changes (:class:`Afterwards`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -187,9 +188,12 @@ class Find:
     that has not failed, waits for the run's outcome (``hold``: block ``outcome`` enabled;
     :mod:`.judgements.outcome`)."""
 
-    def __init__(self, findings: Findings, hold: bool = True) -> None:
+    def __init__(
+        self, findings: Findings, hold: bool = True, recovers: re.Pattern[str] | None = None
+    ) -> None:
         self.findings = findings
         self.hold = hold
+        self.recovers = recovers  # wordings of a line whose program recovers (block outcome)
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line, hits = seen.st, seen.line, seen.hits
@@ -206,8 +210,9 @@ class Find:
             sig = (
                 rules.signature(found.rule) if found.method == "signature" and found.rule else None
             )
-            if outcome.needs_outcome(found, line, sig):
-                return [ev.Hold(found, line.proc_key, outcome.yields(found, line, sig))]
+            back = self.recovers is not None and self.recovers.search(line.message) is not None
+            if outcome.needs_outcome(found, line, sig, back):
+                return [ev.Hold(found, line.proc_key, outcome.yields(found, line, sig, back))]
         return [ev.Found(found, line.proc_key)]
 
 

@@ -92,7 +92,7 @@ class Classifier:
             chain.ready,
             chain.status,
             chain.Judgements(self.judges),
-            chain.Find(self.findings, hold=held.enabled),
+            chain.Find(self.findings, hold=held.enabled, recovers=held.recovering()),
         )
         self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))
         self.evidence_chain: Stages = (

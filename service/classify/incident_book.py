@@ -207,13 +207,18 @@ class IncidentBook:
         findings page with it, in order of appearance and ``f`` last, so the ranking of root
         causes is the one they would have had at once; a held finding that yields (an
         ERROR-level fallback, a model's guess) is only related to a later failure's incident
-        (a cascade or a stall is an outcome, not a better cause: it competes with them)."""
+        (a cascade or a stall is an outcome, not a better cause: it competes with them; under a
+        cascade - "WorkerProc hit an exception" - it ranks as the cascade does, so the failure
+        the cascade announces, its traceback's exception, still takes the root cause)."""
         held, st.checks.held = st.checks.held, []
         failure = f is not None and f.role in ("cause", "symptom") and not is_stall(f.rule)
+        cascade = f is not None and f.role == "cascade"
         inc: Incident | None = None
         later = [h.finding for h in held if h.yields and failure]
         for h in held:
             if not (h.yields and failure):
+                if h.yields and cascade and h.finding.role in ("cause", "symptom"):
+                    h.finding.role = "cascade"
                 inc = self.attach(st, h.finding, changes)
         if f is not None:
             inc = self.attach(st, f, changes)

@@ -34,6 +34,7 @@ class Waiting:
     stage: str | None
     count: int
     first: float | None
+    process: str = "-"  # the process repeating it (another one saying it once is no repeat)
 
 
 @dataclass(slots=True)
@@ -146,7 +147,11 @@ MAX_FAILURES = 20  # failures remembered per stream (latest last)
 def run_state_of(extra: StreamExtra) -> RunState:
     w, s = extra.get("waiting"), extra.get("stats")
     return RunState(
-        waiting=Waiting(w["template"], w["stage"], w["count"], w.get("first")) if w else None,
+        waiting=(
+            Waiting(w["template"], w["stage"], w["count"], w.get("first"), w.get("process", "-"))
+            if w
+            else None
+        ),
         stats=None if s is None else _stats_of(s),
         api_pid=extra.get("api_pid"),
         held=[
@@ -193,7 +198,7 @@ def extra_of(
     if run.waiting is not None:
         w = run.waiting
         out["waiting"] = WaitingSnapshot(
-            template=w.template, stage=w.stage, count=w.count, first=w.first
+            template=w.template, stage=w.stage, count=w.count, first=w.first, process=w.process
         )
     if run.stats is not None:
         s = run.stats

@@ -5,7 +5,7 @@ the classifier reloads. Shapes only (TypedDicts: plain dicts at run time)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, TypedDict, TypeVar
+from typing import Any, Generic, NotRequired, TypedDict, TypeVar
 
 from service.incidents.incident_json import FindingBody, IncidentBody, LastFailure
 from service.taxonomy import reach_before, reached_by
@@ -32,6 +32,7 @@ class WaitingSnapshot(TypedDict):
     stage: str | None
     count: int
     first: float | None
+    process: NotRequired[str]  # the process that repeats it (older snapshots: any)
 
 
 class PendingSnapshot(TypedDict):

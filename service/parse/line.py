@@ -53,7 +53,7 @@ _NCCL = re.compile(
     re.S,
 )
 _TORCH = re.compile(
-    r"\[(?P<level>[EWIF])(?:\d{4} [\d:.]+(?: \d+)?)? ?(?P<src>[\w.]+:\d+)\] ?(?P<msg>.*)", re.S
+    r"\[(?P<level>[EWIF])(?:\d{3,4} [\d:.]+(?: \d+)?)? ?(?P<src>[\w.]+:\d+)\] ?(?P<msg>.*)", re.S
 )
 # A severity written by another program's logger near the start of a plain line.
 _PLAIN_LEVEL = re.compile(

@@ -11,7 +11,11 @@ held, for what the stream does next (docs/taxonomy.md "Which findings page at on
   library's notice: NCCL ``WARN`` / ``INFO``, a Python warning, a probe) or a signature that
   says ``fatal: false`` (a known fallback or probe at any level), and the text model's or the
   heuristic's guess on a line that is not an exception (an ``ERROR``-level fallback, an NCCL
-  ``WARN`` line, another program's unlevelled line).
+  ``WARN`` line, another program's unlevelled line); an exception line inside a record
+  logged at a notice level (a traceback the program caught and logged as a warning: an
+  optional import probe); a line whose own words say the program recovers (block
+  ``recovers``: it retries, falls back, or a library's allocator hands the failure to its
+  caller), at any level.
 
 A held finding pages only when the run then shows a failure outcome (a fatal finding, a
 stall, the container's death, a run that ends mid-start-up); when the run goes on (a later
@@ -26,6 +30,7 @@ end of an offline log ask for the decision (:mod:`..engine`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from pydantic import Field
@@ -44,25 +49,44 @@ UP = (READY, SERVING, STOPPED)  # the server got up (or stopped in order)
 
 class OutcomeRules(Config):
     hold_s: float = Field(gt=0)  # seconds a held finding waits before the run's going on counts
+    # wordings (regular expressions) of a line whose program recovers: it retries, falls back,
+    # or a library's allocator returns the failure to its caller, which decides
+    recovers: tuple[str, ...] = ()
+
+    def recovering(self) -> re.Pattern[str] | None:
+        """The ``recovers`` wordings as one expression (None: none configured)."""
+        return re.compile("|".join(f"(?:{w})" for w in self.recovers)) if self.recovers else None
 
 
-def needs_outcome(f: Finding, line: L.Line, sig: Signature | None) -> bool:
-    """Whether ``f`` (the finding of ``line``; ``sig``: the signature that made it) pages only
-    once the stream shows a failure outcome (see the module's docstring)."""
-    if f.role == "warning" or line.kind == L.EXCEPTION:
+def needs_outcome(
+    f: Finding, line: L.Line, sig: Signature | None, recovering: bool = False
+) -> bool:
+    """Whether ``f`` (the finding of ``line``; ``sig``: the signature that made it;
+    ``recovering``: the line says its program recovers) pages only once the stream shows a
+    failure outcome (see the module's docstring)."""
+    if f.role == "warning" or (sig is not None and sig.fatal):
         return False
-    if sig is None:  # the text model's or the heuristic's guess on a non-exception line
+    if line.kind == L.EXCEPTION:  # raised, unless a notice-level record logged it (caught)
+        return line.level in NOTICE_LEVELS
+    if recovering or sig is None:  # a retry / fallback; a guess on a non-exception line
         return True
     if sig.fatal is not None:
         return not sig.fatal
     return line.level in NOTICE_LEVELS
 
 
-def yields(f: Finding, line: L.Line, sig: Signature | None) -> bool:
+def yields(f: Finding, line: L.Line, sig: Signature | None, recovering: bool = False) -> bool:
     """Whether held ``f`` gives the root cause to a later failure of its run: an ``ERROR``-level
     fallback (a line that is not an exception and no signature calls fatal) or a guess of the
     model; a library's WARN / INFO that a signature knows competes as before (an NCCL WARN
-    naming the transport that failed explains the generic "NCCL error" raised after it)."""
+    naming the transport that failed explains the generic "NCCL error" raised after it), and
+    so does a known failure its program tried to recover from (the allocation that failed
+    explains the failure its caller then reports); a signature that says ``fatal: false`` (a
+    known fallback or probe) always yields."""
+    if sig is not None and sig.fatal is False:  # a known fallback or probe
+        return True
+    if sig is not None and recovering:
+        return False
     return sig is None or line.level not in NOTICE_LEVELS
 
 

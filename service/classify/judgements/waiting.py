@@ -1,6 +1,8 @@
-"""A wait repeated: the same "waiting for ..." line again and again in one startup stage with
-no progress in between - a hang written in the text, seen before the stage's deadline (an
-offline log shows it too). Block ``waiting``; the stall's category is the stage's
+"""A wait repeated: the same "waiting for ..." line again and again, from one process, in one
+startup stage with no progress in between - a hang written in the text, seen before the
+stage's deadline (an offline log shows it too); the same line once from each of many ranks
+(torch's "Waiting for pending NCCL work to finish before starting graph capture") is no
+repeat. Block ``waiting``; the stall's category is the stage's
 (``stalls.categories``)."""
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ class Waits(Judge):
         template = mask(line.message)[:200]
         w = st.checks.waiting
         if w is None or w.template != template or w.stage != st.stage:
-            st.checks.waiting = Waiting(template, st.stage, 1, seen.time)
+            st.checks.waiting = Waiting(template, st.stage, 1, seen.time, line.proc_key)
+            return ()
+        if w.process != line.proc_key:  # each rank saying it once is no repeat of one wait
             return ()
         w.count += 1
         span = (seen.time - w.first) if seen.time is not None and w.first is not None else None
