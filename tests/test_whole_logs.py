@@ -62,9 +62,6 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "b664577-docavatar-start-dev-log-82a263c": (
         "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
     ),
-    "lbnqq-ai-test-ollama-serve-log-3332757": (
-        "ollama served /api/chat all week ([GIN] 200 lines); its request lines never move the stage past kv_cache_init, so the end of the file reads 'stalled in kv_cache_init for 10525 min' (class: ollama request lines not counted as serving, stall judgement on a serving log)"
-    ),
     "atreydesai-augmented-mcqa-smoke-nanbeige-nanbeige4-1-3b-opus-choices-o-1a8f712": (
         "SLURM's 'error: *** JOB ... CANCELLED AT ... DUE to SIGNAL Terminated ***' after a user's scancel of a vLLM offline job (class: scheduler cancellation read as host_memory)"
     ),
