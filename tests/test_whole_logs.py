@@ -65,9 +65,6 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "atreydesai-augmented-mcqa-smoke-nanbeige-nanbeige4-1-3b-opus-choices-o-1a8f712": (
         "SLURM's 'error: *** JOB ... CANCELLED AT ... DUE to SIGNAL Terminated ***' after a user's scancel of a vLLM offline job (class: scheduler cancellation read as host_memory)"
     ),
-    "xbill9-gemma4-tips-aws-last-logs-temp-txt-bd119c0": (
-        "vLLM with the vllm-neuron plugin on AWS Inferentia/Trainium warns 'Failed to import from vllm._C ... libcuda.so.1: cannot open shared object file' (no CUDA there by design) (class: CUDA-library warning on a non-CUDA platform read as gpu_not_visible)"
-    ),
 }
 
 # failed logs that page nobody today: id -> why
