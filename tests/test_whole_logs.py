@@ -62,26 +62,10 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "b664577-docavatar-start-dev-log-82a263c": (
         "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
     ),
-    "atreydesai-augmented-mcqa-smoke-nanbeige-nanbeige4-1-3b-opus-choices-o-1a8f712": (
-        "SLURM's 'error: *** JOB ... CANCELLED AT ... DUE to SIGNAL Terminated ***' after a user's scancel of a vLLM offline job (class: scheduler cancellation read as host_memory)"
-    ),
 }
 
 # failed logs that page nobody today: id -> why
-KNOWN_MISSED: dict[str, str] = {
-    "cdale11-eidolon-llama-server-log-ddbab1d": (
-        "llama-server 'couldn't bind HTTP server socket ... port: 8080' / 'exiting due to HTTP server error' (class: llama.cpp port-bind failure wording unknown)"
-    ),
-    "shainakumar-cs6501workshop-ollama-server-log-308da73": (
-        "ollama runner dies on the first request: 'llama-sampling.cpp:660: ... Assertion found failed', 'SIGABRT: abort', a Go goroutine dump, 'post predict ... EOF', HTTP 500 (class: C++ assertion / Go SIGABRT crash of a runner not recognised)"
-    ),
-    "qyj-0422-graphrag-ollama-log-7b5cc44": (
-        "a one-line log 'Error: unknown flag: --port' from ollama's CLI (class: a Go CLI's argument error, alone in the file, not recognised)"
-    ),
-    "intellistream-sage-vllm-log-d8ac0e2": (
-        "the launch script's shell reports 'line 193: 124064 Killed  vllm serve ...' after an hour of serving (class: a shell's job-control 'Killed' line for the engine's process not recognised)"
-    ),
-}
+KNOWN_MISSED: dict[str, str] = {}
 
 
 @cache
