@@ -26,32 +26,10 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "b664577-docavatar-start-dev-log-82a263c": (
         "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
     ),
-    "lbnqq-ai-test-ollama-serve-log-3332757": (
-        "ollama served /api/chat all week ([GIN] 200 lines); its request lines never move the stage past kv_cache_init, so the end of the file reads 'stalled in kv_cache_init for 10525 min' (class: ollama request lines not counted as serving, stall judgement on a serving log)"
-    ),
-    "atreydesai-augmented-mcqa-smoke-nanbeige-nanbeige4-1-3b-opus-choices-o-1a8f712": (
-        "SLURM's 'error: *** JOB ... CANCELLED AT ... DUE to SIGNAL Terminated ***' after a user's scancel of a vLLM offline job (class: scheduler cancellation read as host_memory)"
-    ),
-    "xbill9-gemma4-tips-aws-last-logs-temp-txt-bd119c0": (
-        "vLLM with the vllm-neuron plugin on AWS Inferentia/Trainium warns 'Failed to import from vllm._C ... libcuda.so.1: cannot open shared object file' (no CUDA there by design) (class: CUDA-library warning on a non-CUDA platform read as gpu_not_visible)"
-    ),
 }
 
 # failed logs that page nobody today: id -> why
-KNOWN_MISSED: dict[str, str] = {
-    "cdale11-eidolon-llama-server-log-ddbab1d": (
-        "llama-server 'couldn't bind HTTP server socket ... port: 8080' / 'exiting due to HTTP server error' (class: llama.cpp port-bind failure wording unknown)"
-    ),
-    "shainakumar-cs6501workshop-ollama-server-log-308da73": (
-        "ollama runner dies on the first request: 'llama-sampling.cpp:660: ... Assertion found failed', 'SIGABRT: abort', a Go goroutine dump, 'post predict ... EOF', HTTP 500 (class: C++ assertion / Go SIGABRT crash of a runner not recognised)"
-    ),
-    "qyj-0422-graphrag-ollama-log-7b5cc44": (
-        "a one-line log 'Error: unknown flag: --port' from ollama's CLI (class: a Go CLI's argument error, alone in the file, not recognised)"
-    ),
-    "intellistream-sage-vllm-log-d8ac0e2": (
-        "the launch script's shell reports 'line 193: 124064 Killed  vllm serve ...' after an hour of serving (class: a shell's job-control 'Killed' line for the engine's process not recognised)"
-    ),
-}
+KNOWN_MISSED: dict[str, str] = {}
 
 
 @cache

@@ -56,7 +56,8 @@ def new_run(st: StreamState, time: float | None) -> None:
     st.status = STARTING
     st.shutting_down = False
     st.frame_hint = {}
-    st.facts = {}
+    # the accelerator platform is the machine's, not the run's: a restart keeps it
+    st.facts = {k: v for k, v in st.facts.items() if k == "platform"}
     st.first_time = time
     st.checks = RunState()  # what the checks count, per run
 
