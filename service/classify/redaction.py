@@ -3,9 +3,10 @@
 The patterns are data (``rules/redaction.yaml``, extended by a team's ``redaction.yaml``),
 each with examples that are run as tests at load. :meth:`Redactor.redact` is called on every
 line the classifier is fed (:meth:`service.classify.engine.Classifier.feed`), so the secret
-never reaches classification, evidence, facts, the store, a page or a reply. One automaton
-scan per line picks the patterns whose literals the line holds; a line with none costs that
-scan alone. Every replacement is counted in ``sentinel_redactions_total{pattern}``.
+never reaches classification, evidence, facts, the store, a page or a reply. One literal scan
+per line (Hyperscan on an ASCII line, else an Aho-Corasick automaton over the lower-cased
+line: the same answer) picks the patterns whose literals the line holds; a line with none
+costs that scan alone. Every replacement is counted in ``sentinel_redactions_total{pattern}``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from service import metrics
+from service.classify.multimatch import LiteralScanner
 from service.classify.rules import Examples
 from service.classify.secret_spans import LINE_CAP, Found, cut, replace, window
 from service.classify.unlayer import unlayer
@@ -131,6 +133,10 @@ class Redactor:
         for lit, idx in by_literal.items():
             self._auto.add_word(lit, (len(lit), tuple(idx)))
         self._usable = bool(by_literal)
+        # the same literals in one Hyperscan database, for ASCII lines (the automaton is
+        # for the rest): a line with none of them costs one scan, no lower-cased copy
+        self._scanner = LiteralScanner(list(by_literal))
+        self._word_idx = [tuple(by_literal[w]) for w in self._scanner.words]
         # pods' labels, as they came → as masked (a pod's records carry the same labels)
         self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
         if self._usable:
@@ -141,16 +147,28 @@ class Redactor:
         it, in order), in the patterns' order."""
         if not self._usable:
             return dict.fromkeys(self._always, [])
-        low = text.lower()
         picked: dict[int, list[int]] = {}
-        for end, (size, idx) in self._auto.iter(low):
-            for i in idx:
-                picked.setdefault(i, []).append(end - size + 1)
+        hits = self._scanner.found(text)
+        if hits is not None:  # ASCII: where each literal starts, as in the lower-cased line
+            if not hits:  # the common case: one scan, nothing to try
+                return dict.fromkeys(self._always, [])
+            words, word_idx = self._scanner.words, self._word_idx
+            for end, w in hits:
+                start = end - len(words[w])
+                for i in word_idx[w]:
+                    picked.setdefault(i, []).append(start)
+            fold_changed = False
+        else:
+            low = text.lower()
+            for end, (size, idx) in self._auto.iter(low):
+                for i in idx:
+                    picked.setdefault(i, []).append(end - size + 1)
+            fold_changed = len(low) != len(text)
         if not picked:  # the common case: one scan, nothing to try
             return dict.fromkeys(self._always, [])
         for i in self._always:
             picked.setdefault(i, [])
-        if len(low) != len(text):  # a case fold changed lengths: no anchors
+        if fold_changed:  # a case fold changed lengths: no anchors
             return {i: [] for i in sorted(picked)}
         return {i: sorted(picked[i]) for i in sorted(picked)}
 
