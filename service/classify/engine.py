@@ -139,7 +139,7 @@ class Classifier:
         are what its envelope carries (labels, keys and values; tag; names) and its
         stream's name."""
         redactor = self.rules.redactor
-        rec.stream = redactor.redact(rec.stream, counted=False)
+        rec.stream = redactor.redact_value(rec.stream)
         rec.text = redactor.redact(rec.text, rec.stream, self._secret_blocks)
         if rec.meta:
             redactor.redact_meta(rec.meta)

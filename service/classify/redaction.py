@@ -33,6 +33,8 @@ REDACTION_FILE = "redaction.yaml"
 MAX_OPEN_BLOCKS = 4096  # streams with a multi-line secret open at once (the oldest goes)
 SECRET_GROUP = "secret"
 LABEL_CACHE = 4096  # distinct label sets remembered as masked
+VALUE_CACHE = 4096  # distinct envelope values (names, images, tags) remembered as masked
+VALUE_CACHE_MAX_CHARS = 512  # a longer value is redacted each time
 SENTINEL_VALUE = "Zq7xWv3Kp9Lm2Rt8"  # a value any secret-named key would lose
 # the text fields of Meta (service.records) masked beside the line
 META_TEXT: tuple[str, ...] = (
@@ -139,6 +141,8 @@ class Redactor:
         self._word_idx = [tuple(by_literal[w]) for w in self._scanner.words]
         # pods' labels, as they came → as masked (a pod's records carry the same labels)
         self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        # envelope values, as they came → as masked (a stream's records repeat them)
+        self._values: dict[str, str] = {}
         if self._usable:
             self._auto.make_automaton()
 
@@ -231,6 +235,20 @@ class Redactor:
             if len(blocks) > MAX_OPEN_BLOCKS:
                 blocks.popitem(last=False)
 
+    def redact_value(self, text: str) -> str:
+        """``text`` redacted alone (no multi-line block, not counted): a pure function of
+        it, so a short one is remembered (a stream's records repeat their envelope: its
+        name, pod, image, tag)."""
+        done = self._values.get(text)
+        if done is not None:
+            return done
+        done = self.redact(text, counted=False)
+        if len(text) <= VALUE_CACHE_MAX_CHARS:
+            if len(self._values) >= VALUE_CACHE:
+                self._values.clear()
+            self._values[text] = done
+        return done
+
     def redact_meta(self, meta: Meta) -> None:
         """Mask, in place, what a record's envelope carries beside its line: its text
         fields (pod, image, tag ...) and its labels, keys and values; a label whose key
@@ -239,7 +257,7 @@ class Redactor:
         for key in META_TEXT:
             v = plain.get(key)
             if type(v) is str and v:
-                plain[key] = self.redact(v, counted=False)
+                plain[key] = self.redact_value(v)
         labels = meta.get("labels")
         if labels:
             items = tuple((k, v if isinstance(v, str) else str(v)) for k, v in labels.items())
