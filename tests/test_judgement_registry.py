@@ -15,8 +15,15 @@ from pydantic import ValidationError
 
 from service.classify.engine import Classifier
 from service.classify.judgements import crash_loops, fleet, repeated_failure, stalls
+from service.classify.judgements.judge import Judge
 from service.classify.judgements.playbook import playbook_for
-from service.classify.judgements.registry import KINDS, JudgementRules, Judges, load_judgements
+from service.classify.judgements.registry import (
+    KINDS,
+    JudgementRules,
+    Judges,
+    _overrides,
+    load_judgements,
+)
 from service.classify.rulebook import RuleBook
 from service.classify.rules import RULES_DIR, load_playbook, merge_judgements
 from service.classify.ruletest import load_rule_set
@@ -172,3 +179,33 @@ def test_the_cu129_bridge_is_playbook_data() -> None:
     decision = other["categories"]["driver_incompatible"]["decision"]
     decision["cu129_bridge_unavailable"] = {"image_contains": ["qwen9"]}
     assert bridge("vllm/vllm-openai:kimi-k3", other) and not bridge("x/qwen9:1", other)
+
+
+def test_only_judges_with_something_to_say_per_line_are_asked_and_nothing_changes() -> None:
+    playbook = load_playbook(RULES_DIR)
+    judges = Judges(load_judgements(RULES_DIR), playbook)
+    assert {type(j).__name__ for j in judges._line} == {"Startup", "Serving", "Waits"}
+    assert [type(j).__name__ for j in judges._after] == ["RepeatedFailure"]
+    assert judges._line == [j for j in judges.judges if j in judges._line]  # same order
+
+    def report(ask_all: bool) -> list[dict[str, Any]]:
+        clf = Classifier(RB)
+        if ask_all:  # the whole list, as before the judges were sorted out
+            clf.judges._line = clf.judges._after = list(clf.judges.judges)
+        recs = [LogRecord(stream="k", text=t) for t in KILLED]
+        return classify_records(recs, clf)
+
+    assert report(ask_all=False) == report(ask_all=True)
+
+
+def test_a_judge_answering_per_line_on_its_own_is_asked() -> None:
+    class Quiet(Judge):
+        pass
+
+    class Speaks(Judge):
+        def line(self, st: Any, seen: Any) -> list[Any]:
+            return []
+
+    patched = Quiet()
+    patched.line = lambda st, seen: []  # type: ignore[method-assign]
+    assert [_overrides(j, "line") for j in (Quiet(), Speaks(), patched)] == [False, True, True]

@@ -139,7 +139,7 @@ class Classifier:
         are what its envelope carries (labels, keys and values; tag; names) and its
         stream's name."""
         redactor = self.rules.redactor
-        rec.stream = redactor.redact(rec.stream, counted=False)
+        rec.stream = redactor.redact_value(rec.stream)
         rec.text = redactor.redact(rec.text, rec.stream, self._secret_blocks)
         if rec.meta:
             redactor.redact_meta(rec.meta)
@@ -191,12 +191,17 @@ class Classifier:
         """``seen`` through ``stages`` (until one takes it whole), then ``closing``: each
         stage's events applied before the next runs. Returns what they changed."""
         seq = seen.st.seq
+        st, changes, apply = seen.st, seen.changes, self.book.apply
         for stage in stages:
-            self.book.apply(seen.st, stage(seen), seen.changes)
+            events = stage(seen)
+            if events:  # (most stages have nothing to say about most lines)
+                apply(st, events, changes)
             if seen.done:
                 break
         for stage in closing:
-            self.book.apply(seen.st, stage(seen), seen.changes)
+            events = stage(seen)
+            if events:
+                apply(st, events, changes)
         self.lines += seen.st.seq - seq
         return seen.changes
 

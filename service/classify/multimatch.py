@@ -237,6 +237,7 @@ class LiteralScanner:
         self._hs: Any = None
         self._local = threading.local()
         uniq = sorted({w.lower() for w in words if w})
+        self.words: tuple[str, ...] = tuple(uniq)  # ids of :meth:`found`
         if hyperscan is None or not uniq or not all(w.isascii() for w in uniq):
             return
         db = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
@@ -258,3 +259,18 @@ class LiteralScanner:
         )
         ends.sort()
         return ends
+
+    def found(self, text: str) -> list[tuple[int, int]] | None:
+        """(end, word id) of every occurrence, overlapping ones included (``end``: one past
+        its last character; the id indexes :attr:`words`), in no set order; or None."""
+        if self._hs is None or not text.isascii():
+            return None
+        hits: list[tuple[int, int]] = []
+        self._hs.scan(
+            text.encode(), match_event_handler=_add_hit, context=hits, scratch=_scratch(self)
+        )
+        return hits
+
+
+def _add_hit(idx: int, _from: int, to: int, _flags: int, hits: list[tuple[int, int]]) -> None:
+    hits.append((to, idx))

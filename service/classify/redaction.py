@@ -3,9 +3,10 @@
 The patterns are data (``rules/redaction.yaml``, extended by a team's ``redaction.yaml``),
 each with examples that are run as tests at load. :meth:`Redactor.redact` is called on every
 line the classifier is fed (:meth:`service.classify.engine.Classifier.feed`), so the secret
-never reaches classification, evidence, facts, the store, a page or a reply. One automaton
-scan per line picks the patterns whose literals the line holds; a line with none costs that
-scan alone. Every replacement is counted in ``sentinel_redactions_total{pattern}``.
+never reaches classification, evidence, facts, the store, a page or a reply. One literal scan
+per line (Hyperscan on an ASCII line, else an Aho-Corasick automaton over the lower-cased
+line: the same answer) picks the patterns whose literals the line holds; a line with none
+costs that scan alone. Every replacement is counted in ``sentinel_redactions_total{pattern}``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from service import metrics
+from service.classify.multimatch import LiteralScanner
 from service.classify.rules import Examples
 from service.classify.secret_spans import LINE_CAP, Found, cut, replace, window
 from service.classify.unlayer import unlayer
@@ -31,6 +33,8 @@ REDACTION_FILE = "redaction.yaml"
 MAX_OPEN_BLOCKS = 4096  # streams with a multi-line secret open at once (the oldest goes)
 SECRET_GROUP = "secret"
 LABEL_CACHE = 4096  # distinct label sets remembered as masked
+VALUE_CACHE = 4096  # distinct envelope values (names, images, tags) remembered as masked
+VALUE_CACHE_MAX_CHARS = 512  # a longer value is redacted each time
 SENTINEL_VALUE = "Zq7xWv3Kp9Lm2Rt8"  # a value any secret-named key would lose
 # the text fields of Meta (service.records) masked beside the line
 META_TEXT: tuple[str, ...] = (
@@ -131,8 +135,14 @@ class Redactor:
         for lit, idx in by_literal.items():
             self._auto.add_word(lit, (len(lit), tuple(idx)))
         self._usable = bool(by_literal)
+        # the same literals in one Hyperscan database, for ASCII lines (the automaton is
+        # for the rest): a line with none of them costs one scan, no lower-cased copy
+        self._scanner = LiteralScanner(list(by_literal))
+        self._word_idx = [tuple(by_literal[w]) for w in self._scanner.words]
         # pods' labels, as they came → as masked (a pod's records carry the same labels)
         self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
+        # envelope values, as they came → as masked (a stream's records repeat them)
+        self._values: dict[str, str] = {}
         if self._usable:
             self._auto.make_automaton()
 
@@ -141,16 +151,28 @@ class Redactor:
         it, in order), in the patterns' order."""
         if not self._usable:
             return dict.fromkeys(self._always, [])
-        low = text.lower()
         picked: dict[int, list[int]] = {}
-        for end, (size, idx) in self._auto.iter(low):
-            for i in idx:
-                picked.setdefault(i, []).append(end - size + 1)
+        hits = self._scanner.found(text)
+        if hits is not None:  # ASCII: where each literal starts, as in the lower-cased line
+            if not hits:  # the common case: one scan, nothing to try
+                return dict.fromkeys(self._always, [])
+            words, word_idx = self._scanner.words, self._word_idx
+            for end, w in hits:
+                start = end - len(words[w])
+                for i in word_idx[w]:
+                    picked.setdefault(i, []).append(start)
+            fold_changed = False
+        else:
+            low = text.lower()
+            for end, (size, idx) in self._auto.iter(low):
+                for i in idx:
+                    picked.setdefault(i, []).append(end - size + 1)
+            fold_changed = len(low) != len(text)
         if not picked:  # the common case: one scan, nothing to try
             return dict.fromkeys(self._always, [])
         for i in self._always:
             picked.setdefault(i, [])
-        if len(low) != len(text):  # a case fold changed lengths: no anchors
+        if fold_changed:  # a case fold changed lengths: no anchors
             return {i: [] for i in sorted(picked)}
         return {i: sorted(picked[i]) for i in sorted(picked)}
 
@@ -213,6 +235,20 @@ class Redactor:
             if len(blocks) > MAX_OPEN_BLOCKS:
                 blocks.popitem(last=False)
 
+    def redact_value(self, text: str) -> str:
+        """``text`` redacted alone (no multi-line block, not counted): a pure function of
+        it, so a short one is remembered (a stream's records repeat their envelope: its
+        name, pod, image, tag)."""
+        done = self._values.get(text)
+        if done is not None:
+            return done
+        done = self.redact(text, counted=False)
+        if len(text) <= VALUE_CACHE_MAX_CHARS:
+            if len(self._values) >= VALUE_CACHE:
+                self._values.clear()
+            self._values[text] = done
+        return done
+
     def redact_meta(self, meta: Meta) -> None:
         """Mask, in place, what a record's envelope carries beside its line: its text
         fields (pod, image, tag ...) and its labels, keys and values; a label whose key
@@ -221,7 +257,7 @@ class Redactor:
         for key in META_TEXT:
             v = plain.get(key)
             if type(v) is str and v:
-                plain[key] = self.redact(v, counted=False)
+                plain[key] = self.redact_value(v)
         labels = meta.get("labels")
         if labels:
             items = tuple((k, v if isinstance(v, str) else str(v)) for k, v in labels.items())

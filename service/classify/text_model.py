@@ -11,6 +11,11 @@ manifest's threshold (a global floor, raised per class where validation showed b
 lines resembling that class: ``class_thresholds``) the model abstains: category
 ``unknown``, tier ``other``, and the masked template of the event, so a novel failure is
 still visible to users.
+
+:meth:`TextModel.predict` remembers its latest :data:`MEMO_SIZE` answers, keyed by exactly
+its inputs (the text, up to :data:`MEMO_TEXT_MAX` characters, and the context): the same
+error line printed again (a crash loop, a retry, every rank of a job) costs a look-up, not
+a scoring; the answer is the one scoring gave (a pure function of those inputs, frozen).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +36,8 @@ from .model_input import event_fields
 __all__ = ["Prediction", "TextModel"]
 
 UNKNOWN = "unknown"
+MEMO_SIZE = 2048  # distinct (text, context) answers remembered by predict (LRU)
+MEMO_TEXT_MAX = 2048  # characters: a longer text is scored each time (bounds the memo's bytes)
 TEMPLATE_MAX_CHARS = 600
 # words that only say a line is an error, not which one
 _BARE = frozenset(
@@ -100,6 +108,8 @@ class TextModel:
         self.class_thresholds = {
             c: max(self.threshold, float(extra.get(c, 0.0))) for c in self.classes
         }
+        # (a C LRU: bounded, and safe for threads sharing the model)
+        self._memo = lru_cache(maxsize=MEMO_SIZE)(self._predict_one)
 
     # --- loading ---------------------------------------------------------------------------
 
@@ -119,7 +129,16 @@ class TextModel:
 
     def predict(self, text: str, context: ModelContext | None = None) -> Prediction:
         """The model's answer for one event; ``context``: what the stream knows around it
-        (:mod:`.model_context`), ``None`` for a lone text."""
+        (:mod:`.model_context`), ``None`` for a lone text. Remembered (see above)."""
+        if len(text or "") > MEMO_TEXT_MAX:
+            return self._predict_one(text, context)
+        return self._memo(text, context)
+
+    def memo_size(self) -> int:
+        """How many answers :meth:`predict` remembers now (at most :data:`MEMO_SIZE`)."""
+        return int(self._memo.cache_info().currsize)
+
+    def _predict_one(self, text: str, context: ModelContext | None) -> Prediction:
         return self.predict_many([text], [context])[0]
 
     def predict_many(

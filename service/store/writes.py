@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.engine import Connection
 
 from service.incidents.incident import Incident
@@ -84,9 +84,12 @@ def commit_batch(conn: Connection, eff: BatchEffects) -> None:
 def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
     """Snapshots: compare-and-set on the version for streams in ``eff.stream_versions``
     (insert-only when it was None), a plain upsert for the others; every write bumps the
-    version. :class:`StaleBatch` when another writer got there first."""
+    version. The compare-and-set of every stream the batch loaded is one statement
+    (executemany): all of them move on, or :class:`StaleBatch` when another writer got to
+    any of them first (the caller rolls the whole batch back)."""
     t = streams.c
     blind = []
+    cas = []
     for key, state in eff.streams.items():
         row = {
             "key": key,
@@ -102,24 +105,24 @@ def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
         if expected is None:
             stmt = insert(conn, streams).values(**row, version=1)
             stmt = stmt.on_conflict_do_nothing().returning(t.key)
-            done = conn.execute(stmt).first() is not None  # (rowcount is unreliable for INSERT)
-        else:
-            done = (
-                conn.execute(
-                    update(streams)
-                    .where(t.key == key, t.version == expected)
-                    .values(
-                        state=state,
-                        status=row["status"],
-                        stage=row["stage"],
-                        updated_at=now,
-                        version=t.version + 1,
-                    )
-                ).rowcount
-                == 1
+            if conn.execute(stmt).first() is None:  # (rowcount is unreliable for INSERT)
+                raise StaleBatch(f"stream {key}: snapshot changed since version {expected}")
+            continue
+        cas.append({f"b_{k}": v for k, v in row.items()} | {"b_expected": expected})
+    if cas:
+        stmt = (
+            update(streams)
+            .where(t.key == bindparam("b_key"), t.version == bindparam("b_expected"))
+            .values(
+                state=bindparam("b_state"),
+                status=bindparam("b_status"),
+                stage=bindparam("b_stage"),
+                updated_at=bindparam("b_updated_at"),
+                version=t.version + 1,
             )
-        if not done:
-            raise StaleBatch(f"stream {key}: snapshot changed since version {expected}")
+        )
+        if conn.execute(stmt, cas).rowcount != len(cas):  # the sum over the rows
+            raise StaleBatch(_stale_streams(conn, cas))
     if blind:
         stmt = insert(conn, streams)
         stmt = stmt.on_conflict_do_update(
@@ -133,6 +136,18 @@ def _write_streams(conn: Connection, eff: BatchEffects, now: float) -> None:
             },
         )
         conn.execute(stmt, [{**row, "version": 1} for row in blind])
+
+
+def _stale_streams(conn: Connection, cas: list[dict[str, Any]]) -> str:
+    """Which stream of a failed compare-and-set moved on, where the versions tell (read in
+    the same transaction after the statement: one it updated is at its expected + 1)."""
+    t = streams.c
+    keys = [r["b_key"] for r in cas]
+    now = dict(conn.execute(select(t.key, t.version).where(t.key.in_(keys))).all())
+    for r in cas:
+        if now.get(r["b_key"]) != r["b_expected"] + 1:
+            return f"stream {r['b_key']}: snapshot changed since version {r['b_expected']}"
+    return f"{len(cas)} streams: a snapshot changed since the batch loaded it"
 
 
 def _write_workload(

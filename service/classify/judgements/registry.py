@@ -100,12 +100,16 @@ class Judges:
             for k in KINDS
             if k.judge is not None and rules.get(k).enabled
         ]
+        # asked per line: only the judges that have something to say there (the base
+        # class says nothing), in the same order
+        self._line = [j for j in self.judges if _overrides(j, "line")]
+        self._after = [j for j in self.judges if _overrides(j, "after")]
 
     def line(self, st: StreamState, seen: Seen) -> list[Judgement]:
-        return [j for judge in self.judges for j in judge.line(st, seen)]
+        return [j for judge in self._line for j in judge.line(st, seen)]
 
     def after(self, st: StreamState, changes: Sequence[Change]) -> list[Judgement]:
-        return [j for judge in self.judges for j in judge.after(st, changes)]
+        return [j for judge in self._after for j in judge.after(st, changes)]
 
     def tick(self, st: StreamState, now: float) -> list[Judgement]:
         return [j for judge in self.judges for j in judge.tick(st, now)]
@@ -115,3 +119,10 @@ class Judges:
 
     def evidence(self, inc: Incident, rules: Sequence[str]) -> CrashLoop | None:
         return next((c for judge in self.judges if (c := judge.evidence(inc, rules))), None)
+
+
+def _overrides(judge: Judge, name: str) -> bool:
+    """Whether ``judge`` answers ``name`` otherwise than :class:`Judge` (which says nothing)."""
+    return getattr(type(judge), name) is not getattr(Judge, name) or name in getattr(
+        judge, "__dict__", {}
+    )

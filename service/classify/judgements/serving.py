@@ -54,11 +54,13 @@ def judge(
     if m is None:
         return []
     out: list[Judgement] = []
-    kv = float(m.group("kv"))
-    dev = m.group("dev")
-    waiting = int(m.group("waiting"))
-    running = int(m.group("running"))
-    prompt = float(m.group("prompt"))
+    kv_s, dev, waiting_s, running_s, prompt_s, swapped_s, preempt_s = m.group(
+        "kv", "dev", "waiting", "running", "prompt", "swapped", "preempt"
+    )
+    kv = float(kv_s)
+    waiting = int(waiting_s)
+    running = int(running_s)
+    prompt = float(prompt_s)
     kvs = state.kv
     kvs.append(kv)
     del kvs[: -rules.kv_high_lines]
@@ -94,8 +96,8 @@ def judge(
         )
     elif queue and queue[-1] == 0:
         state.queue_warned = False
-    swapped = int(m.group("swapped") or 0)
-    preempt = int(m.group("preempt") or 0)
+    swapped = int(swapped_s or 0)
+    preempt = int(preempt_s or 0)
     if (preempt or swapped) and not state.preempt_warned:
         state.preempt_warned = True
         what = f"{preempt} preemptions" if preempt else f"{swapped} requests swapped out"
