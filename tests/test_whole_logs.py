@@ -71,6 +71,9 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "xbill9-gemma4-tips-aws-last-logs-temp-txt-bd119c0": (
         "vLLM with the vllm-neuron plugin on AWS Inferentia/Trainium warns 'Failed to import from vllm._C ... libcuda.so.1: cannot open shared object file' (no CUDA there by design) (class: CUDA-library warning on a non-CUDA platform read as gpu_not_visible)"
     ),
+    "sebastianmechno-sys-vllm-rocm-windows-rdna2-results-terminal-best-62-5-b4b6488": (
+        "a Windows ROCm port of vLLM loads its own kernels and warns 'Failed to import from vllm._C ... No module named vllm._C'; the offline run generates (class: vllm._C import WARNING on a port that ships its own ops read as library_mismatch)"
+    ),
 }
 
 # failed logs that page nobody today: id -> why
@@ -86,6 +89,12 @@ KNOWN_MISSED: dict[str, str] = {
     ),
     "intellistream-sage-vllm-log-d8ac0e2": (
         "the launch script's shell reports 'line 193: 124064 Killed  vllm serve ...' after an hour of serving (class: a shell's job-control 'Killed' line for the engine's process not recognised)"
+    ),
+    "shaamil101-etched-trtllm-benchmarks-benchmark-sweep-nohup-out-94ed50d": (
+        "trtllm-bench's click error 'Error: No such option: --dataset' 62 times while the sweep script prints success (class: a CLI's 'No such option' argument error not recognised)"
+    ),
+    "miyurud-jasminegraph-vllm-log-891fa78": (
+        "a one-line log 'vllm: command not found' (class: a shell's command-not-found for the engine, alone in the file, not recognised)"
     ),
 }
 
