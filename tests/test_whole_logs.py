@@ -26,10 +26,20 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
     "b664577-docavatar-start-dev-log-82a263c": (
         "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
     ),
+    "sebastianmechno-sys-vllm-rocm-windows-rdna2-results-terminal-best-62-5-b4b6488": (
+        "a Windows ROCm port of vLLM loads its own kernels and warns 'Failed to import from vllm._C ... No module named vllm._C'; the offline run generates (class: vllm._C import WARNING on a port that ships its own ops read as library_mismatch)"
+    ),
 }
 
 # failed logs that page nobody today: id -> why
-KNOWN_MISSED: dict[str, str] = {}
+KNOWN_MISSED: dict[str, str] = {
+    "shaamil101-etched-trtllm-benchmarks-benchmark-sweep-nohup-out-94ed50d": (
+        "trtllm-bench's click error 'Error: No such option: --dataset' 62 times while the sweep script prints success (class: a CLI's 'No such option' argument error not recognised)"
+    ),
+    "miyurud-jasminegraph-vllm-log-891fa78": (
+        "a one-line log 'vllm: command not found' (class: a shell's command-not-found for the engine, alone in the file, not recognised)"
+    ),
+}
 
 
 @cache
