@@ -22,11 +22,7 @@ from tests.whole_logs_support import ROOT, WholeLog, whole_logs
 LOGS = whole_logs()
 
 # healthy logs that page today: id -> why (a class of false alarm the classifier must learn)
-KNOWN_FALSE_ALARMS: dict[str, str] = {
-    "b664577-docavatar-start-dev-log-82a263c": (
-        "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
-    ),
-}
+KNOWN_FALSE_ALARMS: dict[str, str] = {}
 
 # failed logs that page nobody today: id -> why
 KNOWN_MISSED: dict[str, str] = {}

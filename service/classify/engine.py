@@ -92,7 +92,9 @@ class Classifier:
             chain.ready,
             chain.status,
             chain.Judgements(self.judges),
-            chain.Find(self.findings, hold=held.enabled, recovers=held.recovering()),
+            chain.Find(
+                self.findings, hold=held.enabled, recovers=held.recovering(), ports=held.ports()
+            ),
         )
         self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))
         self.evidence_chain: Stages = (

@@ -153,6 +153,14 @@ class Hold:
     finding: Finding
     process: str | None
     yields: bool
+    port: int | None = None  # a bind failure on this port: recovered if it is bound later
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A server of the run bound ``port`` and listens: a held bind failure on it recovered."""
+
+    port: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +230,7 @@ Event = (
     | Judged
     | Found
     | Hold
+    | Bound
     | HeldDue
     | Noted
     | Settle

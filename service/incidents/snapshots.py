@@ -58,6 +58,8 @@ class HeldSnapshot(TypedDict):
     yields: bool
     stage: str | None
     status: str
+    port: NotRequired[int]  # a bind failure on this port (older snapshots: none)
+    rebound: NotRequired[bool]  # ... bound again since
 
 
 class StreamExtra(TypedDict, total=False):
