@@ -194,11 +194,13 @@ class Find:
         hold: bool = True,
         recovers: re.Pattern[str] | None = None,
         ports: outcome.Ports | None = None,
+        notices: re.Pattern[str] | None = None,
     ) -> None:
         self.findings = findings
         self.hold = hold
         self.recovers = recovers  # wordings of a line whose program recovers (block outcome)
         self.ports = ports  # a server's bind failure and bind, by port (block outcome)
+        self.notices = notices  # files of a subsystem whose notices are probes (block outcome)
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line, hits = seen.st, seen.line, seen.hits
@@ -220,6 +222,8 @@ class Find:
             port = self.ports.failed(line) if self.ports is not None else None
             if port is not None and found.role != "warning":  # a bind that may be retried
                 return [ev.Hold(found, line.proc_key, False, port)]
+            if found.role != "warning" and outcome.subsystem_notice(line, self.notices):
+                return [ev.Hold(found, line.proc_key, True)]  # a probe: never the root cause
             if outcome.needs_outcome(found, line, sig, back):
                 return [ev.Hold(found, line.proc_key, outcome.yields(found, line, sig, back))]
         return [*bound, ev.Found(found, line.proc_key)]

@@ -93,7 +93,11 @@ class Classifier:
             chain.status,
             chain.Judgements(self.judges),
             chain.Find(
-                self.findings, hold=held.enabled, recovers=held.recovering(), ports=held.ports()
+                self.findings,
+                hold=held.enabled,
+                recovers=held.recovering(),
+                ports=held.ports(),
+                notices=held.notice_files(),
             ),
         )
         self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))

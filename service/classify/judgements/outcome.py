@@ -17,7 +17,9 @@ held, for what the stream does next (docs/taxonomy.md "Which findings page at on
   ``recovers``: it retries, falls back, or a library's allocator hands the failure to its
   caller), at any level; a server's bind failure naming its port (block ``binds``) at any
   level, that is recovered only when a server of the run then binds that port (``bound``:
-  an app restarted beside the engine retries until the old one let go) and pages otherwise.
+  an app restarted beside the engine retries until the old one let go) and pages otherwise;
+  a notice printed from a subsystem whose notices are probes (block ``notices_from``: NCCL's
+  RAS thread), which like a ``fatal: false`` signature never takes a later failure's root cause.
 
 A held finding pages only when the run then shows a failure outcome (a fatal finding, a
 stall, the container's death, a run that ends mid-start-up); when the run goes on (a later
@@ -58,6 +60,17 @@ class OutcomeRules(Config):
     # (group ``port``): a failure followed in the run by a bind of the same port recovered
     binds: tuple[str, ...] = ()
     bound: tuple[str, ...] = ()
+    # source files (the line's ``file:line``, regular expressions) of a subsystem whose notice
+    # lines (INFO / WARN) are its own probes: held, and never the root cause of a later failure
+    notices_from: tuple[str, ...] = ()
+
+    def notice_files(self) -> re.Pattern[str] | None:
+        """The ``notices_from`` files as one expression (None: none configured)."""
+        return (
+            re.compile("|".join(f"(?:{w})" for w in self.notices_from))
+            if self.notices_from
+            else None
+        )
 
     def recovering(self) -> re.Pattern[str] | None:
         """The ``recovers`` wordings as one expression (None: none configured)."""
@@ -122,6 +135,17 @@ def yields(f: Finding, line: L.Line, sig: Signature | None, recovering: bool = F
     if sig is not None and recovering:
         return False
     return sig is None or line.level not in NOTICE_LEVELS
+
+
+def subsystem_notice(line: L.Line, files: re.Pattern[str] | None) -> bool:
+    """Whether ``line`` is a notice (INFO / WARN) printed from a file of a subsystem whose
+    notices are its own probes (block ``notices_from``: NCCL's RAS thread)."""
+    return (
+        files is not None
+        and line.level in NOTICE_LEVELS
+        and line.fileinfo is not None
+        and files.search(line.fileinfo) is not None
+    )
 
 
 def rebind_failed(h: Held) -> bool:
