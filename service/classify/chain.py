@@ -195,17 +195,23 @@ class Find:
         recovers: re.Pattern[str] | None = None,
         ports: outcome.Ports | None = None,
         notices: re.Pattern[str] | None = None,
+        deaths: re.Pattern[str] | None = None,
+        engines: str = "",
     ) -> None:
         self.findings = findings
         self.hold = hold
         self.recovers = recovers  # wordings of a line whose program recovers (block outcome)
         self.ports = ports  # a server's bind failure and bind, by port (block outcome)
         self.notices = notices  # files of a subsystem whose notices are probes (block outcome)
+        self.deaths = deaths  # an exception saying a process died is an outcome (block outcome)
+        self.engines = engines  # the engine's own process names (block outcome)
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line, hits = seen.st, seen.line, seen.hits
         assert line is not None
         bound = self._bound(st, line)
+        if seen.hits.serving and any(h.work for h in st.checks.held):
+            bound.append(ev.Worked())
         found = (
             None
             if hits.benign and not hits.signatures
@@ -222,6 +228,10 @@ class Find:
             port = self.ports.failed(line) if self.ports is not None else None
             if port is not None and found.role != "warning":  # a bind that may be retried
                 return [ev.Hold(found, line.proc_key, False, port)]
+            if found.role != "warning" and outcome.caught(
+                line, self.deaths, self.engines, st.status == SERVING
+            ):
+                return [ev.Hold(found, line.proc_key, False, work=True)]  # did the run go on?
             if found.role != "warning" and outcome.subsystem_notice(line, self.notices):
                 return [ev.Hold(found, line.proc_key, True)]  # a probe: never the root cause
             if outcome.needs_outcome(found, line, sig, back):

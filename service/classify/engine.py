@@ -98,6 +98,8 @@ class Classifier:
                 recovers=held.recovering(),
                 ports=held.ports(),
                 notices=held.notice_files(),
+                deaths=held.dying(),
+                engines=held.engine_processes,
             ),
         )
         self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))

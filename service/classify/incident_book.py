@@ -129,15 +129,18 @@ class IncidentBook:
                     inc = self.attach(st, finding, changes)
                     if process is not None:  # later frames of the process may refine it
                         self.tracker.tracks.watch((st.key, process), finding, inc)
-                case ev.Hold(finding, process, yields, port):
+                case ev.Hold(finding, process, yields, port, work):
                     if len(st.checks.held) < MAX_HELD:
-                        held = Held(finding, process, yields, st.stage, st.status, port)
+                        held = Held(finding, process, yields, st.stage, st.status, port, work=work)
                         st.checks.held.append(held)
                     if process is not None:  # its later frames may still refine it
                         self.tracker.tracks.watch((st.key, process), finding, None)
                 case ev.Bound(port):
                     for h in st.checks.held:
                         h.rebound = h.rebound or h.port == port
+                case ev.Worked():
+                    for h in st.checks.held:
+                        h.rebound = h.rebound or h.work
                 case ev.HeldDue(now, final):
                     if st.checks.held:
                         self.decide(st, now, final, changes)
@@ -250,7 +253,7 @@ class IncidentBook:
         for h in st.checks.held:
             settled = final or outcome.due(h, now, self.hold_s)
             starting = outcome.never_got_up(st)
-            if settled and outcome.rebind_failed(h):  # no server bound its port since
+            if settled and outcome.unrecovered(h):  # its port not bound, its work not advanced
                 keep.append(h)
                 stalled = True
             elif settled and (outcome.went_on(st, h) or not starting):

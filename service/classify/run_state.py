@@ -62,7 +62,8 @@ class Held:
     stage: str | None
     status: str
     port: int | None = None  # a bind failure on this port (block ``outcome.binds``)
-    rebound: bool = False  # ... and a server of the run bound that port since
+    rebound: bool = False  # ... and a server of the run bound that port since (or work advanced)
+    work: bool = False  # a caught exception logged at ERROR: recovered once the work advances
 
 
 def _held_snapshot(h: Held) -> HeldSnapshot:
@@ -75,6 +76,8 @@ def _held_snapshot(h: Held) -> HeldSnapshot:
     )
     if h.port is not None:  # older versions wrote no port: the key only once it applies
         snap["port"], snap["rebound"] = h.port, h.rebound
+    if h.work:
+        snap["work"], snap["rebound"] = True, h.rebound
     return snap
 
 
@@ -178,6 +181,7 @@ def run_state_of(extra: StreamExtra) -> RunState:
                 h["status"],
                 h.get("port"),
                 h.get("rebound", False),
+                h.get("work", False),
             )
             for h in extra.get("held", [])
         ],

@@ -63,6 +63,16 @@ class OutcomeRules(Config):
     # source files (the line's ``file:line``, regular expressions) of a subsystem whose notice
     # lines (INFO / WARN) are its own probes: held, and never the root cause of a later failure
     notices_from: tuple[str, ...] = ()
+    # wordings of an exception that says a process died (killed by a signal, exited): an
+    # outcome itself, never held as a caught exception whose run may go on
+    deaths: tuple[str, ...] = ()
+    # the engine's own process names (a line's process prefix): a failure there is the
+    # engine's, never held as a worker's caught application error
+    engine_processes: str = ""
+
+    def dying(self) -> re.Pattern[str] | None:
+        """The ``deaths`` wordings as one expression (None: none configured)."""
+        return re.compile("|".join(f"(?:{w})" for w in self.deaths)) if self.deaths else None
 
     def notice_files(self) -> re.Pattern[str] | None:
         """The ``notices_from`` files as one expression (None: none configured)."""
@@ -152,6 +162,28 @@ def rebind_failed(h: Held) -> bool:
     """Held ``h`` is a bind failure whose port no server of the run bound since: the conflict
     is real whatever else the run did (a failure outcome once it is due)."""
     return h.port is not None and not h.rebound
+
+
+def caught(line: L.Line, deaths: re.Pattern[str] | None, engines: str, working: bool) -> bool:
+    """An exception line at ``ERROR`` of a worker process beside the engine (a Ray actor's
+    prefix that is not one of the engine's ``engine_processes``), while the run is doing its
+    work (``working``: serving, training steps), that does not say a process died (block
+    ``deaths``): whether the run survived it, only the work that follows says (a roll-out
+    worker's application error while training steps go on)."""
+    return (
+        working
+        and line.kind == L.EXCEPTION
+        and line.level == "ERROR"
+        and line.process is not None
+        and not (engines and re.fullmatch(engines, line.process))
+        and (deaths is None or deaths.search(line.message) is None)
+    )
+
+
+def unrecovered(h: Held) -> bool:
+    """Held ``h`` waits for a proof of recovery that has not come: its port bound again, or
+    (a caught exception) the run's work advancing since; without it, it pages once due."""
+    return (h.port is not None or h.work) and not h.rebound
 
 
 def went_on(st: StreamState, h: Held) -> bool:
