@@ -23,9 +23,6 @@ LOGS = whole_logs()
 
 # healthy logs that page today: id -> why (a class of false alarm the classifier must learn)
 KNOWN_FALSE_ALARMS: dict[str, str] = {
-    "b664577-docavatar-start-dev-log-82a263c": (
-        "an app restarted beside vLLM hits '[Errno 98] address already in use' on 8080 four times while the old process exits, then binds and serves (class: port-bind retry that later succeeds read as config_error)"
-    ),
     "sebastianmechno-sys-vllm-rocm-windows-rdna2-results-terminal-best-62-5-b4b6488": (
         "a Windows ROCm port of vLLM loads its own kernels and warns 'Failed to import from vllm._C ... No module named vllm._C'; the offline run generates (class: vllm._C import WARNING on a port that ships its own ops read as library_mismatch)"
     ),

@@ -22,7 +22,7 @@ from service.classify.findings import Findings
 from service.classify.judgements import outcome
 from service.classify.judgements.registry import Judges
 from service.classify.rulebook import RuleBook
-from service.classify.stream_state import FAILED, SERVING, STARTING
+from service.classify.stream_state import FAILED, SERVING, STARTING, StreamState
 from service.classify.tracebacks import ProcessTracks
 from service.parse import line as L
 
@@ -44,8 +44,8 @@ class QuietServing:
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st = seen.st
-        if st.stage != "serving" or st.shutting_down:
-            return ()
+        if st.stage != "serving" or st.shutting_down or st.checks.held:
+            return ()  # (a held finding waits for what the run does next: read it all)
         if "Avg prompt throughput" in seen.text:
             seen.done = True
             judged = self.judges.line(st, seen)
@@ -189,31 +189,61 @@ class Find:
     :mod:`.judgements.outcome`)."""
 
     def __init__(
-        self, findings: Findings, hold: bool = True, recovers: re.Pattern[str] | None = None
+        self,
+        findings: Findings,
+        hold: bool = True,
+        recovers: re.Pattern[str] | None = None,
+        ports: outcome.Ports | None = None,
+        notices: re.Pattern[str] | None = None,
+        deaths: re.Pattern[str] | None = None,
+        engines: str = "",
     ) -> None:
         self.findings = findings
         self.hold = hold
         self.recovers = recovers  # wordings of a line whose program recovers (block outcome)
+        self.ports = ports  # a server's bind failure and bind, by port (block outcome)
+        self.notices = notices  # files of a subsystem whose notices are probes (block outcome)
+        self.deaths = deaths  # an exception saying a process died is an outcome (block outcome)
+        self.engines = engines  # the engine's own process names (block outcome)
 
     def __call__(self, seen: ev.Seen) -> Sequence[ev.Event]:
         st, line, hits = seen.st, seen.line, seen.hits
         assert line is not None
+        bound = self._bound(st, line)
+        if seen.hits.serving and any(h.work for h in st.checks.held):
+            bound.append(ev.Worked())
         found = (
             None
             if hits.benign and not hits.signatures
             else self.findings.of_line(st, line, hits.signatures, seen.time)
         )
         if found is None:
-            return [ev.Noted(line.text)]
+            return [*bound, ev.Noted(line.text)]
         if self.hold and st.current() is None:
             rules = self.findings.rules
             sig = (
                 rules.signature(found.rule) if found.method == "signature" and found.rule else None
             )
             back = self.recovers is not None and self.recovers.search(line.message) is not None
+            port = self.ports.failed(line) if self.ports is not None else None
+            if port is not None and found.role != "warning":  # a bind that may be retried
+                return [ev.Hold(found, line.proc_key, False, port)]
+            if found.role != "warning" and outcome.caught(
+                line, self.deaths, self.engines, st.status == SERVING
+            ):
+                return [ev.Hold(found, line.proc_key, False, work=True)]  # did the run go on?
+            if found.role != "warning" and outcome.subsystem_notice(line, self.notices):
+                return [ev.Hold(found, line.proc_key, True)]  # a probe: never the root cause
             if outcome.needs_outcome(found, line, sig, back):
                 return [ev.Hold(found, line.proc_key, outcome.yields(found, line, sig, back))]
-        return [ev.Found(found, line.proc_key)]
+        return [*bound, ev.Found(found, line.proc_key)]
+
+    def _bound(self, st: StreamState, line: L.Line) -> list[ev.Event]:
+        """A server bound a port a held bind failure of the run names: it recovered."""
+        if self.ports is None or not any(h.port is not None for h in st.checks.held):
+            return []
+        port = self.ports.bound(line.message)
+        return [] if port is None else [ev.Bound(port)]
 
 
 def settle(seen: ev.Seen) -> Sequence[ev.Event]:

@@ -92,7 +92,15 @@ class Classifier:
             chain.ready,
             chain.status,
             chain.Judgements(self.judges),
-            chain.Find(self.findings, hold=held.enabled, recovers=held.recovering()),
+            chain.Find(
+                self.findings,
+                hold=held.enabled,
+                recovers=held.recovering(),
+                ports=held.ports(),
+                notices=held.notice_files(),
+                deaths=held.dying(),
+                engines=held.engine_processes,
+            ),
         )
         self.closing: Stages = (chain.settle, chain.Afterwards(self.judges))
         self.evidence_chain: Stages = (

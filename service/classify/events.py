@@ -153,6 +153,21 @@ class Hold:
     finding: Finding
     process: str | None
     yields: bool
+    port: int | None = None  # a bind failure on this port: recovered if it is bound later
+    work: bool = False  # a caught exception: recovered if the run's work advances later
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """A server of the run bound ``port`` and listens: a held bind failure on it recovered."""
+
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class Worked:
+    """The run's work advanced (a progress line: a training step, a request served): a held
+    exception its program caught and logged recovered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +237,8 @@ Event = (
     | Judged
     | Found
     | Hold
+    | Bound
+    | Worked
     | HeldDue
     | Noted
     | Settle

@@ -77,11 +77,16 @@ class IncidentBook:
                         if opens and st.first_time is None:
                             st.first_time = time
                 case ev.NewRun(time):
+                    # a bind failure whose port is not bound yet waits on: the restart may be
+                    # the retry that binds it (an app restarted beside the engine)
+                    binds = [h for h in st.checks.held if outcome.rebind_failed(h)]
+                    st.checks.held = [h for h in st.checks.held if not outcome.rebind_failed(h)]
                     if st.checks.held:  # the attempt ended: its held findings are decided
                         self.decide(st, None, True, changes)
                         if st.pending is not None:
                             self.restarts.settle(st, changes, True)
                     runs.new_run(st, time)
+                    st.checks.held = binds + st.checks.held
                     merge_meta(st, st.meta, self.cuda)
                 case ev.ApiServer(pid):
                     if st.checks.api_pid is None:
@@ -124,11 +129,18 @@ class IncidentBook:
                     inc = self.attach(st, finding, changes)
                     if process is not None:  # later frames of the process may refine it
                         self.tracker.tracks.watch((st.key, process), finding, inc)
-                case ev.Hold(finding, process, yields):
+                case ev.Hold(finding, process, yields, port, work):
                     if len(st.checks.held) < MAX_HELD:
-                        st.checks.held.append(Held(finding, process, yields, st.stage, st.status))
+                        held = Held(finding, process, yields, st.stage, st.status, port, work=work)
+                        st.checks.held.append(held)
                     if process is not None:  # its later frames may still refine it
                         self.tracker.tracks.watch((st.key, process), finding, None)
+                case ev.Bound(port):
+                    for h in st.checks.held:
+                        h.rebound = h.rebound or h.port == port
+                case ev.Worked():
+                    for h in st.checks.held:
+                        h.rebound = h.rebound or h.work
                 case ev.HeldDue(now, final):
                     if st.checks.held:
                         self.decide(st, now, final, changes)
@@ -234,13 +246,17 @@ class IncidentBook:
         """The held findings that waited ``hold_s`` at ``now`` (all, when ``final``): a warning
         when the run went on or is up; kept while a start-up has not moved, until its stall
         (the stall judgement, or the stall deadline of the stage a finding was held at) or, when
-        ``final``, the run ended mid-start-up: then they page (its best reason)."""
+        ``final``, the run ended mid-start-up: then they page (its best reason); a bind failure
+        whose port no server of the run bound since pages once it waited (a real conflict)."""
         keep: list[Held] = []
         stalled = False
         for h in st.checks.held:
             settled = final or outcome.due(h, now, self.hold_s)
             starting = outcome.never_got_up(st)
-            if settled and (outcome.went_on(st, h) or not starting):
+            if settled and outcome.unrecovered(h):  # its port not bound, its work not advanced
+                keep.append(h)
+                stalled = True
+            elif settled and (outcome.went_on(st, h) or not starting):
                 self.warn(st, h, changes)
             else:
                 keep.append(h)
@@ -254,6 +270,8 @@ class IncidentBook:
         f = h.finding
         f.role = "warning"
         went = f"the run went on (reached {st.stage})" if st.stage else "the run went on"
+        if h.port is not None:
+            went = f"a server of the run bound port {h.port} later"
         f.detail = f"not fatal by itself and {went}: a warning, not a page"
         self.attach(st, f, changes)
 

@@ -61,6 +61,24 @@ class Held:
     yields: bool
     stage: str | None
     status: str
+    port: int | None = None  # a bind failure on this port (block ``outcome.binds``)
+    rebound: bool = False  # ... and a server of the run bound that port since (or work advanced)
+    work: bool = False  # a caught exception logged at ERROR: recovered once the work advances
+
+
+def _held_snapshot(h: Held) -> HeldSnapshot:
+    snap = HeldSnapshot(
+        finding=h.finding.to_dict(),
+        process=h.process,
+        yields=h.yields,
+        stage=h.stage,
+        status=h.status,
+    )
+    if h.port is not None:  # older versions wrote no port: the key only once it applies
+        snap["port"], snap["rebound"] = h.port, h.rebound
+    if h.work:
+        snap["work"], snap["rebound"] = True, h.rebound
+    return snap
 
 
 MAX_HELD = 16  # held findings kept per run (the first ones: a run that goes on says so early)
@@ -156,7 +174,14 @@ def run_state_of(extra: StreamExtra) -> RunState:
         api_pid=extra.get("api_pid"),
         held=[
             Held(
-                Finding.from_dict(h["finding"]), h["process"], h["yields"], h["stage"], h["status"]
+                Finding.from_dict(h["finding"]),
+                h["process"],
+                h["yields"],
+                h["stage"],
+                h["status"],
+                h.get("port"),
+                h.get("rebound", False),
+                h.get("work", False),
             )
             for h in extra.get("held", [])
         ],
@@ -214,16 +239,7 @@ def extra_of(
     if run.api_pid is not None:
         out["api_pid"] = run.api_pid
     if run.held:
-        out["held"] = [
-            HeldSnapshot(
-                finding=h.finding.to_dict(),
-                process=h.process,
-                yields=h.yields,
-                stage=h.stage,
-                status=h.status,
-            )
-            for h in run.held
-        ]
+        out["held"] = [_held_snapshot(h) for h in run.held]
     if run.ready:
         out["ready"] = True
     if pod_life.ended is not None or pod_life.created is not None:

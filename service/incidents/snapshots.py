@@ -58,6 +58,9 @@ class HeldSnapshot(TypedDict):
     yields: bool
     stage: str | None
     status: str
+    port: NotRequired[int]  # a bind failure on this port (older snapshots: none)
+    rebound: NotRequired[bool]  # ... bound again since (or the work advanced since)
+    work: NotRequired[bool]  # a caught exception waiting for the work to advance
 
 
 class StreamExtra(TypedDict, total=False):

@@ -15,7 +15,11 @@ held, for what the stream does next (docs/taxonomy.md "Which findings page at on
   logged at a notice level (a traceback the program caught and logged as a warning: an
   optional import probe); a line whose own words say the program recovers (block
   ``recovers``: it retries, falls back, or a library's allocator hands the failure to its
-  caller), at any level.
+  caller), at any level; a server's bind failure naming its port (block ``binds``) at any
+  level, that is recovered only when a server of the run then binds that port (``bound``:
+  an app restarted beside the engine retries until the old one let go) and pages otherwise;
+  a notice printed from a subsystem whose notices are probes (block ``notices_from``: NCCL's
+  RAS thread), which like a ``fatal: false`` signature never takes a later failure's root cause.
 
 A held finding pages only when the run then shows a failure outcome (a fatal finding, a
 stall, the container's death, a run that ends mid-start-up); when the run goes on (a later
@@ -52,10 +56,63 @@ class OutcomeRules(Config):
     # wordings (regular expressions) of a line whose program recovers: it retries, falls back,
     # or a library's allocator returns the failure to its caller, which decides
     recovers: tuple[str, ...] = ()
+    # a server's bind failure naming its port (group ``port``), and its bound / listening line
+    # (group ``port``): a failure followed in the run by a bind of the same port recovered
+    binds: tuple[str, ...] = ()
+    bound: tuple[str, ...] = ()
+    # source files (the line's ``file:line``, regular expressions) of a subsystem whose notice
+    # lines (INFO / WARN) are its own probes: held, and never the root cause of a later failure
+    notices_from: tuple[str, ...] = ()
+    # wordings of an exception that says a process died (killed by a signal, exited): an
+    # outcome itself, never held as a caught exception whose run may go on
+    deaths: tuple[str, ...] = ()
+    # the engine's own process names (a line's process prefix): a failure there is the
+    # engine's, never held as a worker's caught application error
+    engine_processes: str = ""
+
+    def dying(self) -> re.Pattern[str] | None:
+        """The ``deaths`` wordings as one expression (None: none configured)."""
+        return re.compile("|".join(f"(?:{w})" for w in self.deaths)) if self.deaths else None
+
+    def notice_files(self) -> re.Pattern[str] | None:
+        """The ``notices_from`` files as one expression (None: none configured)."""
+        return (
+            re.compile("|".join(f"(?:{w})" for w in self.notices_from))
+            if self.notices_from
+            else None
+        )
 
     def recovering(self) -> re.Pattern[str] | None:
         """The ``recovers`` wordings as one expression (None: none configured)."""
         return re.compile("|".join(f"(?:{w})" for w in self.recovers)) if self.recovers else None
+
+    def ports(self) -> Ports:
+        """The ``binds`` / ``bound`` wordings, compiled."""
+        return Ports(tuple(map(re.compile, self.binds)), tuple(map(re.compile, self.bound)))
+
+
+class Ports:
+    """The port a line failed to bind (:meth:`failed`) or bound (:meth:`bound`), or None."""
+
+    def __init__(self, fails: tuple[re.Pattern[str], ...], binds: tuple[re.Pattern[str], ...]):
+        self.fails = fails
+        self.binds = binds
+
+    @staticmethod
+    def _port(patterns: tuple[re.Pattern[str], ...], message: str) -> int | None:
+        for p in patterns:
+            m = p.search(message)
+            if m is not None:
+                return int(m.group("port"))
+        return None
+
+    def failed(self, line: L.Line) -> int | None:
+        """The port ``line`` says a server could not bind; a raised exception (the process
+        died with it) is no retry: None."""
+        return None if line.kind == L.EXCEPTION else self._port(self.fails, line.message)
+
+    def bound(self, message: str) -> int | None:
+        return self._port(self.binds, message)
 
 
 def needs_outcome(
@@ -88,6 +145,45 @@ def yields(f: Finding, line: L.Line, sig: Signature | None, recovering: bool = F
     if sig is not None and recovering:
         return False
     return sig is None or line.level not in NOTICE_LEVELS
+
+
+def subsystem_notice(line: L.Line, files: re.Pattern[str] | None) -> bool:
+    """Whether ``line`` is a notice (INFO / WARN) printed from a file of a subsystem whose
+    notices are its own probes (block ``notices_from``: NCCL's RAS thread)."""
+    return (
+        files is not None
+        and line.level in NOTICE_LEVELS
+        and line.fileinfo is not None
+        and files.search(line.fileinfo) is not None
+    )
+
+
+def rebind_failed(h: Held) -> bool:
+    """Held ``h`` is a bind failure whose port no server of the run bound since: the conflict
+    is real whatever else the run did (a failure outcome once it is due)."""
+    return h.port is not None and not h.rebound
+
+
+def caught(line: L.Line, deaths: re.Pattern[str] | None, engines: str, working: bool) -> bool:
+    """An exception line at ``ERROR`` of a worker process beside the engine (a Ray actor's
+    prefix that is not one of the engine's ``engine_processes``), while the run is doing its
+    work (``working``: serving, training steps), that does not say a process died (block
+    ``deaths``): whether the run survived it, only the work that follows says (a roll-out
+    worker's application error while training steps go on)."""
+    return (
+        working
+        and line.kind == L.EXCEPTION
+        and line.level == "ERROR"
+        and line.process is not None
+        and not (engines and re.fullmatch(engines, line.process))
+        and (deaths is None or deaths.search(line.message) is None)
+    )
+
+
+def unrecovered(h: Held) -> bool:
+    """Held ``h`` waits for a proof of recovery that has not come: its port bound again, or
+    (a caught exception) the run's work advancing since; without it, it pages once due."""
+    return (h.port is not None or h.work) and not h.rebound
 
 
 def went_on(st: StreamState, h: Held) -> bool:
