@@ -63,3 +63,31 @@ def test_without_hyperscan_the_automaton_answers(monkeypatch: pytest.MonkeyPatch
     assert redactor._scanner.found(LINES[2]) is None
     assert redactor.check_examples() == []
     assert [redactor.wanted(t) for t in LINES] == [SHIPPED.wanted(t) for t in LINES]
+
+
+def test_a_serving_statistics_line_tries_no_pattern() -> None:
+    line = (
+        "(APIServer pid=1) INFO 07-21 05:00:10 [loggers.py:123] Engine 000: Avg prompt "
+        "throughput: 1.5 tokens/s, Avg generation throughput: 98.0 tokens/s, Running: 3 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 4.2%, Prefix cache hit rate: 51.0%"
+    )
+    assert SHIPPED._scanner.found(line) is not None
+    assert SHIPPED.wanted(line) == {}
+    assert SHIPPED.wanted(line.replace("tokens/s", "token=abc")) != {}
+
+
+def _unfiltered(redactor: Redactor) -> Redactor:
+    """The same patterns with no literals: every one tried on every line, everywhere."""
+    return Redactor(p.model_copy(update={"literals": []}) for p in redactor.patterns)
+
+
+def test_the_literals_hide_no_match_after_a_keyword() -> None:
+    # every character after each keyword that a literal spells out with what follows it
+    chars = [chr(c) for c in range(0x3001) if not 0xD800 <= c < 0xE000]
+    shapes = ["--hf-token{}opensesame77", "hf_token{} opensesame77", "{{'hf_token'{}: 'os-77'}}"]
+    lines = [s.format(c) for s in shapes for c in chars]
+    bare = _unfiltered(SHIPPED)
+    assert bare.wanted("tokens/s") != {}
+    got = [SHIPPED.redact(t, counted=False) for t in lines]
+    assert got == [bare.redact(t, counted=False) for t in lines]
+    assert sum(t != g for t, g in zip(lines, got, strict=True)) >= 30  # some are masked

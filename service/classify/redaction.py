@@ -135,9 +135,10 @@ class Redactor:
         for lit, idx in by_literal.items():
             self._auto.add_word(lit, (len(lit), tuple(idx)))
         self._usable = bool(by_literal)
-        # the same literals in one Hyperscan database, for ASCII lines (the automaton is
-        # for the rest): a line with none of them costs one scan, no lower-cased copy
-        self._scanner = LiteralScanner(list(by_literal))
+        # the ASCII literals in one Hyperscan database, for ASCII lines (no other literal
+        # can occur in one; the automaton is for the rest): a line with none of them costs
+        # one scan, no lower-cased copy
+        self._scanner = LiteralScanner([w for w in by_literal if w.isascii()])
         self._word_idx = [tuple(by_literal[w]) for w in self._scanner.words]
         # pods' labels, as they came → as masked (a pod's records carry the same labels)
         self._labels: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
