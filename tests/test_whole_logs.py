@@ -29,14 +29,7 @@ KNOWN_FALSE_ALARMS: dict[str, str] = {
 }
 
 # failed logs that page nobody today: id -> why
-KNOWN_MISSED: dict[str, str] = {
-    "shaamil101-etched-trtllm-benchmarks-benchmark-sweep-nohup-out-94ed50d": (
-        "trtllm-bench's click error 'Error: No such option: --dataset' 62 times while the sweep script prints success (class: a CLI's 'No such option' argument error not recognised)"
-    ),
-    "miyurud-jasminegraph-vllm-log-891fa78": (
-        "a one-line log 'vllm: command not found' (class: a shell's command-not-found for the engine, alone in the file, not recognised)"
-    ),
-}
+KNOWN_MISSED: dict[str, str] = {}
 
 
 @cache
