@@ -65,6 +65,18 @@ def primary(*lines: str) -> str | None:
             None,
             "llama_context: n_ctx = 4096",
         ),
+        # PowerShell wraps a native program's stderr line: "<program>.exe : <line>"
+        (
+            "python.exe : [W817 17:26:55.000000000 socket.cpp:764] [c10d] The client socket "
+            "has failed to connect to [host]:50756 (system error: 10049 - x).",
+            TORCH,
+            "[c10d] The client socket has failed to connect to [host]:50756 (system error: 10049 - x).",
+        ),
+        (
+            "python.exe : ERROR 08-17 17:26:55 [core.py:1] boom",
+            VLLM,
+            "boom",
+        ),
         # a Rich console: the level in its own column, the logger's file right-aligned
         (
             "[12/03/25 10:00:00] ERROR    Engine core initialization failed.        core.py:123",

@@ -22,11 +22,7 @@ from tests.whole_logs_support import ROOT, WholeLog, whole_logs
 LOGS = whole_logs()
 
 # healthy logs that page today: id -> why (a class of false alarm the classifier must learn)
-KNOWN_FALSE_ALARMS: dict[str, str] = {
-    "sebastianmechno-sys-vllm-rocm-windows-rdna2-results-terminal-best-62-5-b4b6488": (
-        "a Windows ROCm port of vLLM loads its own kernels and warns 'Failed to import from vllm._C ... No module named vllm._C'; the offline run generates (class: vllm._C import WARNING on a port that ships its own ops read as library_mismatch)"
-    ),
-}
+KNOWN_FALSE_ALARMS: dict[str, str] = {}
 
 # failed logs that page nobody today: id -> why
 KNOWN_MISSED: dict[str, str] = {}

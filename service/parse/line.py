@@ -92,6 +92,7 @@ _WRAPPERS = re.compile(
     r"|-?\s*[\w.<>]+ - (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "  # python logging default
     r"|\d{1,4}: "  # srun --label
     r"|\[[ \t]*\d{1,10}\.\d{6}\][ \t]*"  # dmesg / kernel ring buffer time
+    r"|[\w.\-]+\.exe : "  # PowerShell's NativeCommandError: a native program's stderr line
     r")"
 )
 # A Rich console layout (SGLang, Ray, Dynamo): time column (blank on continuation lines),
