@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from service.config import NotifySettings, ReceiverSettings
+from service.incidents.codec import Record
 from service.incidents.finding import Finding
 from service.incidents.incident import Incident
 from service.notify.alert import Alert
@@ -43,7 +44,7 @@ class TrialView(TypedDict):
 
 
 @dataclass(frozen=True, slots=True)
-class TrialAnswer:
+class TrialAnswer(Record[TrialView]):
     """What the receiver said: ``ok`` on a 2xx; ``status`` and the start of its ``answer``,
     or the ``error`` when there was no answer. ``host``: where it went (never the URL, which
     may hold a token)."""
@@ -56,18 +57,6 @@ class TrialAnswer:
     answer: str
     error: str | None
     event_id: str
-
-    def view(self) -> TrialView:
-        return TrialView(
-            receiver=self.receiver,
-            type=self.type,
-            host=self.host,
-            ok=self.ok,
-            status=self.status,
-            answer=self.answer,
-            error=self.error,
-            event_id=self.event_id,
-        )
 
     def line(self) -> str:
         """One line for a person."""

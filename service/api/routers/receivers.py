@@ -16,7 +16,7 @@ from service.api.deps import Ctx, StoreDep
 from service.config import ReceiverSettings
 from service.context import ServiceContext
 from service.incidents.codec import JsonObject
-from service.notify.trial import TrialView, send_trial
+from service.notify.trial import TrialAnswer, TrialView, send_trial
 from service.store import Store
 from service.store.people import Who
 
@@ -32,19 +32,6 @@ class Receiver(BaseModel):
     host: str
     match: dict[str, list[str]]
     send_resolved: bool
-
-
-class TrialResult(BaseModel):
-    """What the receiver answered to the test alert (``ok``: a 2xx)."""
-
-    receiver: str
-    type: str
-    host: str
-    ok: bool
-    status: int | None
-    answer: str
-    error: str | None
-    event_id: str
 
 
 def host_of(r: ReceiverSettings) -> str:
@@ -71,7 +58,7 @@ async def test_receiver(ctx: ServiceContext, store: Store, name: str, who: Who) 
         raise HTTPException(status_code=404, detail=f"no receiver named {name!r}")
     by = f"{who.name} (the dashboard or POST /receivers/{name}/test)"
     answer = await anyio.to_thread.run_sync(lambda: send_trial(receiver, ctx.settings.notify, by))
-    view = answer.view()
+    view = answer.to_dict()
     detail: JsonObject = {"ok": answer.ok, "status": answer.status, "error": answer.error}
     await anyio.to_thread.run_sync(
         lambda: store.record_action(who, ACTION, "receiver", name, detail)
@@ -91,7 +78,7 @@ def receivers(ctx: Ctx) -> list[Receiver]:
 
 @router.post(
     "/receivers/{name}/test",
-    response_model=TrialResult,
+    response_model=TrialAnswer,
     responses={404: {"description": "no such receiver"}},
     summary="Send a test notification to one receiver (recorded in the audit)",
 )
