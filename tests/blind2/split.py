@@ -49,17 +49,18 @@ def materialise(which: Half, dest: Path, cases: Path = CASES) -> list[str]:
     return ids
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], cases: Path = CASES, usage: str | None = __doc__) -> int:
+    """The command line of a set's split (``list``, ``dev DIR``, ``heldout DIR``)."""
     if argv[:1] == ["list"]:
-        for cid in case_ids():
+        for cid in case_ids(None, cases):
             print(half(cid), cid)
         return 0
     if len(argv) == 2 and argv[0] in HALVES:
         which: Half = "dev" if argv[0] == "dev" else "heldout"
-        ids = materialise(which, Path(argv[1]))
+        ids = materialise(which, Path(argv[1]), cases)
         print(f"{len(ids)} {which} cases -> {argv[1]}")
         return 0
-    print(__doc__, file=sys.stderr)
+    print(usage, file=sys.stderr)
     return 2
 
 

@@ -33,17 +33,7 @@ def materialise(which: Half, dest: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["list"]:
-        for cid in case_ids():
-            print(half(cid), cid)
-        return 0
-    if len(argv) == 2 and argv[0] in HALVES:
-        which: Half = "dev" if argv[0] == "dev" else "heldout"
-        ids = materialise(which, Path(argv[1]))
-        print(f"{len(ids)} {which} cases -> {argv[1]}")
-        return 0
-    print(__doc__, file=sys.stderr)
-    return 2
+    return rule.main(argv, CASES, __doc__)
 
 
 if __name__ == "__main__":
